@@ -1,0 +1,19 @@
+"""rlplug: TorchRL components behind a plugin registry, trained from declarative TOML recipes.
+
+The public face: :data:`hookimpl` to write plugins, :func:`make` to build one component, the component
+annotations (:class:`Network`, :class:`Estimator`, ...) and parameter checks (:class:`Range`,
+:class:`Check`) a factory signature may use, and :class:`UserError`.
+"""
+
+from rlplug.components import Algorithm, Component, Env, Estimator, Logger, Network
+from rlplug.errors import UserError
+from rlplug.registry import get_registry, make
+from rlplug.registry.hookspecs import hookimpl
+from rlplug.registry.params import CONTEXT_NAMES, Check, Range
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "hookimpl", "make", "get_registry", "UserError", "Range", "Check", "CONTEXT_NAMES",
+    "Component", "Env", "Algorithm", "Estimator", "Logger", "Network",
+]

@@ -1,0 +1,3 @@
+from rlplug.cli import main
+
+raise SystemExit(main())

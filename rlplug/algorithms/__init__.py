@@ -1,0 +1,1 @@
+"""Algorithm implementations; the plugin module :mod:`rlplug.plugins.algorithms` registers them."""

@@ -1,0 +1,51 @@
+"""Errors a user can cause and fix.
+
+Every one of them reaches the command line as a single line (no traceback) and exit status 2,
+so the message itself must say where the problem is and what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """A problem in the user's input: a recipe, an override, a component name or parameter.
+
+    ``path`` is the dotted key path inside the recipe (``algorithm.lr``), ``file`` the recipe
+    it came from and ``line`` a line number where one is known (TOML syntax errors).
+    """
+
+    def __init__(self, message: str, *, path: str = "", file: str | None = None, line: int | None = None):
+        super().__init__(message)
+        self.message = message
+        self.path = path
+        self.file = file
+        self.line = line
+
+    def located(self, *, file: str | None = None, prefix: str = "") -> "UserError":
+        """The same error seen from further out: inside ``file``, under the key path ``prefix``."""
+        path = ".".join(p for p in (prefix, self.path) if p)
+        return type(self)(self.message, path=path, file=file or self.file, line=self.line)
+
+    def __str__(self) -> str:
+        where = ""
+        if self.file:
+            where = f"{self.file}:{self.line}: " if self.line else f"{self.file}: "
+        if self.path:
+            where += f"{self.path}: "
+        return where + self.message
+
+
+class ComponentError(UserError):
+    """A component name that is unknown, ambiguous or of the wrong kind."""
+
+
+class ParameterError(UserError):
+    """A component parameter that is unknown, missing, of the wrong type or out of range."""
+
+
+class RecipeError(UserError):
+    """A recipe file that is missing, unreadable or not valid TOML."""
+
+
+class PluginError(Exception):
+    """A plugin that failed to import or register; recorded, not raised, unless plugins are strict."""

@@ -1,0 +1,95 @@
+"""Logger implementations behind the built-in logger plugins.
+
+A logger has ``log(metrics, frames)``, called after every update (and after every evaluation), and
+``close(summary)``, called once at the end, also when the run fails (``summary["status"]`` says so).
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+#: Metrics the console shows while training, in order, with their labels.
+HEADLINE = {"fps": "frames/s", "episode_return": "return", "eval_return_mean": "eval return"}
+
+
+class ConsoleLogger:
+    def __init__(self, total_frames: int, *, every_seconds: float = 10.0, live: bool | None = None):
+        self.total_frames = total_frames
+        self.every_seconds = every_seconds
+        self.console = Console(highlight=False)
+        self.live = self.console.is_terminal if live is None else live
+        self.latest: dict[str, float] = {}
+        self.last_line = 0.0
+        self.progress = None
+        if self.live:
+            self.progress = Progress(
+                TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(), TextColumn("frames"),
+                TextColumn("{task.fields[status]}"), TextColumn("eta"), TimeRemainingColumn(),
+                console=self.console, transient=True,
+            )
+            self.task = self.progress.add_task("train", total=total_frames, status="")
+            self.progress.start()
+
+    def log(self, metrics: dict[str, float], frames: int) -> None:
+        self.latest.update(metrics)
+        status = "  ".join(f"{label} {self.latest[key]:.4g}" for key, label in HEADLINE.items() if key in self.latest)
+        if self.progress is not None:
+            self.progress.update(self.task, completed=frames, status=status)
+            return
+        now = time.monotonic()
+        if now - self.last_line >= self.every_seconds or frames >= self.total_frames or "eval_return_mean" in metrics:
+            self.last_line = now
+            percent = 100.0 * frames / self.total_frames
+            print(f"frames {frames}/{self.total_frames} ({percent:.0f}%)  {status}", flush=True)
+
+    def close(self, summary: dict) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+        table = Table(title=f"run {summary.get('status', 'finished')}", show_header=False)
+        for key, value in summary.items():
+            if key != "status":
+                table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+        self.console.print(table)
+
+
+class CSVLogger:
+    """One row per log call, flushed at once so a crash loses nothing already logged.
+
+    Columns are every metric seen so far; when a new one appears, the file is rewritten with it.
+    """
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.columns: list[str] = ["frames"]
+        self.rows: list[dict[str, float]] = []
+        self.file = None
+
+    def log(self, metrics: dict[str, float], frames: int) -> None:
+        row = {"frames": frames, **metrics}
+        self.rows.append(row)
+        new = [key for key in row if key not in self.columns]
+        if new or self.file is None:
+            self.columns += new
+            self._rewrite()
+        else:
+            self.writer.writerow(row)
+        self.file.flush()
+
+    def _rewrite(self) -> None:
+        if self.file is not None:
+            self.file.close()
+        self.file = self.path.open("w", newline="")
+        self.writer = csv.DictWriter(self.file, fieldnames=self.columns)
+        self.writer.writeheader()
+        self.writer.writerows(self.rows)
+
+    def close(self, summary: dict) -> None:
+        if self.file is not None:
+            self.file.close()

@@ -1,0 +1,47 @@
+"""The plugin registry: hooks, component records, parameter schemas and their validation."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rlplug.components import COMPONENT_TYPES, Component
+from rlplug.errors import UserError
+from rlplug.registry.manager import get_registry
+from rlplug.registry.params import validate
+from rlplug.registry.registry import ComponentSpec, Registry, kind_of
+
+__all__ = ["ComponentSpec", "Registry", "get_registry", "kind_of", "resolve", "make"]
+
+
+def resolve(component_type: type[Component], table: Mapping[str, Any], path: str = "",
+            registry: Registry | None = None) -> Component:
+    """A component table (``{"use": name, **params}``) checked all the way down, nothing built yet."""
+    registry = registry or get_registry()
+    kind = component_type.kind
+    name = table.get("use")
+    try:
+        if name is None:
+            raise UserError(f"a {kind} table needs a 'use' key naming the {kind} (one of: {', '.join(registry.names(kind))})")
+        if not isinstance(name, str):
+            raise UserError(f"'use' must be a {kind} name (a string), got {name!r}", path="use")
+        spec = registry.lookup(kind, name)
+        params = {k: v for k, v in table.items() if k != "use"}
+        what = f"{kind} '{spec.name}'"
+        checked = validate(spec.schema, params, what=what,
+                           resolve=lambda cls, sub, sub_path: resolve(cls, sub, sub_path, registry))
+    except UserError as error:
+        raise error.located(prefix=path) from None
+    return component_type(spec, checked, path)
+
+
+def make(kind: str, name: str, **params: Any) -> Any:
+    """Build one component through the same validation a recipe gets.
+
+    Context names (``observation_spec``, ``role``, ...) may be passed too; they go to the factory as context.
+    """
+    from rlplug.registry.params import CONTEXT_NAMES
+
+    component_type = COMPONENT_TYPES[kind_of(kind)]
+    context = {k: params.pop(k) for k in list(params) if k in CONTEXT_NAMES}
+    return resolve(component_type, {"use": name, **params}).build(**context)

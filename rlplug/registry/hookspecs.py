@@ -1,0 +1,71 @@
+"""The hooks a plugin implements: one per kind of component, each handed a ``register`` callback.
+
+``register(name, factory, *, summary=None, aliases=())`` adds one component. ``factory`` is called
+with the recipe table's keys (all but ``use``) as keyword arguments; its signature and annotations are
+the component's parameter schema (see :mod:`rlplug.registry.params`). Parameters named after
+:data:`~rlplug.registry.params.CONTEXT_NAMES` are filled in by rlplug, not by the recipe.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("rlplug")
+hookimpl = pluggy.HookimplMarker("rlplug")
+
+
+@hookspec
+def rlplug_register_envs(register):
+    """Register env factories; each returns a ``torchrl.envs.EnvBase``, batched or not.
+
+    Context an env factory may ask for: ``device``.
+    """
+
+
+@hookspec
+def rlplug_register_algorithms(register):
+    """Register algorithm factories; each returns an object with ``policy`` (a TensorDictModule that
+    writes ``action``), ``frames_per_batch``, ``update(batch) -> dict[str, float]``, ``state_dict()`` and
+    ``load_state_dict()``.
+
+    Context: ``observation_spec``, ``action_spec``, ``device``, ``seed``, ``total_frames``.
+    """
+
+
+@hookspec
+def rlplug_register_estimators(register):
+    """Register advantage / value-target estimator factories; each returns a TensorDict module.
+
+    It reads ``state_value``, ``("next", "state_value")``, ``("next", "reward")``, ``("next", "done")``
+    and ``("next", "terminated")`` from a TensorDict shaped ``[*batch, time]`` (values ``[*batch, time,
+    1]``) and writes ``advantage`` and/or ``value_target``. ``done`` cuts the lambda trace; only
+    ``terminated`` drops the bootstrap value.
+    """
+
+
+@hookspec
+def rlplug_register_loggers(register):
+    """Register logger factories; each returns an object with ``log(metrics, frames)`` and
+    ``close(summary)``.
+
+    Context: ``run_dir``, ``total_frames``.
+    """
+
+
+@hookspec
+def rlplug_register_networks(register):
+    """Register network factories; each returns a TensorDictModule for the requested ``role``.
+
+    Context: ``observation_spec``, ``action_spec``, ``role`` ('policy', 'value' or 'q_value'),
+    ``device``. :mod:`rlplug.networks` has the heads that turn a plain torch module into one.
+    """
+
+
+#: kind name -> hook name, the single list of kinds.
+HOOKS = {
+    "env": "rlplug_register_envs",
+    "algorithm": "rlplug_register_algorithms",
+    "estimator": "rlplug_register_estimators",
+    "logger": "rlplug_register_loggers",
+    "network": "rlplug_register_networks",
+}
