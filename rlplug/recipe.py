@@ -21,6 +21,8 @@ from rlplug.registry.params import Check, Range, convert
 
 
 def device_problem(device: str) -> str | None:
+    if device == "cpu":
+        return None  # the common case needs no torch import
     import torch
 
     try:

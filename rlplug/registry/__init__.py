@@ -7,6 +7,7 @@ from typing import Any
 
 from rlplug.components import COMPONENT_TYPES, Component
 from rlplug.errors import UserError
+from rlplug.suggest import a
 from rlplug.registry.manager import get_registry
 from rlplug.registry.params import validate
 from rlplug.registry.registry import ComponentSpec, Registry, kind_of
@@ -22,10 +23,13 @@ def resolve(component_type: type[Component], table: Mapping[str, Any], path: str
     name = table.get("use")
     try:
         if name is None:
-            raise UserError(f"a {kind} table needs a 'use' key naming the {kind} (one of: {', '.join(registry.names(kind))})")
+            raise UserError(f"{a(kind)} table needs a 'use' key naming the {kind} (one of: {', '.join(registry.names(kind))})")
         if not isinstance(name, str):
-            raise UserError(f"'use' must be a {kind} name (a string), got {name!r}", path="use")
-        spec = registry.lookup(kind, name)
+            raise UserError(f"'use' must be {a(kind)} name (a string), got {name!r}", path="use")
+        try:
+            spec = registry.lookup(kind, name)
+        except UserError as error:
+            raise error.located(prefix="use") from None
         params = {k: v for k, v in table.items() if k != "use"}
         what = f"{kind} '{spec.name}'"
         checked = validate(spec.schema, params, what=what,

@@ -138,7 +138,7 @@ def validate(schema: Schema, values: Mapping[str, Any], *, what: str, resolve: C
             raise ParameterError(f"'{key}' is set by rlplug ({CONTEXT_NAMES[key]}), not by a recipe; remove it",
                                  path=key)
         known = ", ".join(schema.params) or "none"
-        raise ParameterError(f"unknown key '{key}' in {what}{did_you_mean(key, schema.params)} (keys: {known})",
+        raise ParameterError(f"unknown key '{key}' in {what}{did_you_mean(key, schema.params)}; keys: {known}",
                              path=key)
     converted = {}
     for name, param in schema.params.items():

@@ -9,7 +9,7 @@ from functools import cached_property
 from rlplug.errors import ComponentError
 from rlplug.registry.hookspecs import HOOKS
 from rlplug.registry.params import Schema
-from rlplug.suggest import did_you_mean
+from rlplug.suggest import a, did_you_mean
 
 KINDS = tuple(HOOKS)
 
@@ -18,7 +18,7 @@ def kind_of(word: str) -> str:
     """Accept ``env`` or ``envs`` (and any case) for a kind; reject anything else clearly."""
     singular = word.lower().removesuffix("s")
     if singular not in HOOKS:
-        raise ComponentError(f"unknown component kind '{word}'{did_you_mean(singular, KINDS)} (kinds: {', '.join(KINDS)})")
+        raise ComponentError(f"unknown component kind '{word}'{did_you_mean(singular, KINDS)} ; kinds: {', '.join(KINDS)}")
     return singular
 
 
@@ -84,7 +84,7 @@ class Registry:
     def _not_found(self, kind: str, name: str, bare: str, plugin: str) -> str:
         elsewhere = [k for k in KINDS if k != kind and any(bare == s.name or bare in s.aliases for s in self.specs[k])]
         if elsewhere:
-            return f"'{name}' is a {elsewhere[0]}, not a {kind}; {kind}s: {', '.join(self.names(kind)) or 'none'}"
+            return f"'{name}' is {a(elsewhere[0])}, not {a(kind)}; {kind}s: {', '.join(self.names(kind)) or 'none'}"
         failed = [p for p in self.failures() if p.name == plugin]
         if failed:
             return f"'{name}' needs plugin '{plugin}', which failed to load: {failed[0].error}"

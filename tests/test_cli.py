@@ -1,0 +1,161 @@
+"""The command line as users meet it: every recipe mistake is one line, exit status 2, nothing left behind;
+a good recipe trains and fills its run directory."""
+
+from __future__ import annotations
+
+import csv
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from conftest import CANONICAL, ROOT, run_cli
+
+SHORT = ["--set", "run.total_frames=1024", "--set", "eval.every_frames=512", "--set", "eval.episodes=2"]
+
+
+def write_recipe(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "recipe.toml"
+    path.write_text(text)
+    return path
+
+
+def canonical_with(tmp_path: Path, old: str, new: str) -> Path:
+    text = CANONICAL.read_text()
+    assert old in text, old
+    return write_recipe(tmp_path, text.replace(old, new, 1))
+
+
+def assert_user_error(result, *fragments: str) -> str:
+    """One line on stderr naming what the test expects, exit status 2, no traceback."""
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "old, new, fragments",
+    [
+        ('use = "ppo"', 'use = "ppoo"', ["algorithm.use", "unknown algorithm 'ppoo'", "did you mean 'ppo'"]),
+        ('use = "gym"', 'use = "ppo"', ["env.use", "'ppo' is an algorithm, not an env"]),
+        ("lr = 1e-3", "lrr = 1e-3", ["algorithm.lrr", "unknown key 'lrr'", "did you mean 'lr'"]),
+        ("epochs = 20", 'epochs = "twenty"', ["algorithm.epochs", "expected an integer", "'twenty'"]),
+        ("epochs = 20", "epochs = -3", ["algorithm.epochs", "must be >= 1", "-3"]),
+        ("gamma = 0.98", "gamma = 1.5", ["algorithm.advantage.gamma", "must be <= 1"]),
+        ('id = "CartPole-v1"', 'id = "CartPole-v9"', ["env.id", "no gymnasium environment 'CartPole-v9'",
+                                                       "did you mean 'CartPole-v1'"]),
+        ("hidden = [64, 64]", 'hidden = [64, "x"]', ["algorithm.policy.hidden[1]", "expected an integer"]),
+        ('activation = "tanh"', 'activation = "tahn"', ["algorithm.policy.activation", "did you mean 'tanh'"]),
+        ("[eval]", "[evaluation]", ["evaluation", "unknown key 'evaluation' in the recipe"]),
+        ("total_frames = 100_000", "total_frames = 0", ["run.total_frames", "must be >= 1"]),
+        ('use = "gae"', 'use = "gym"', ["algorithm.advantage.use", "'gym' is an env, not an estimator"]),
+        ("[algorithm.value_target]\nuse", "[algorithm.value_target]\nwhat", ["algorithm.value_target",
+                                                                            "needs a 'use' key"]),
+    ],
+)
+def test_recipe_mistakes_are_one_line_errors(tmp_path, old, new, fragments):
+    recipe = canonical_with(tmp_path, old, new)
+    out = tmp_path / "run"
+    line = assert_user_error(run_cli("run", str(recipe), "--out", str(out)), str(recipe), *fragments)
+    assert line.startswith("rlplug: error: ")
+    assert not out.exists(), "a rejected recipe must leave no run directory"
+
+
+def test_missing_file(tmp_path):
+    assert_user_error(run_cli("run", str(tmp_path / "nope.toml")), "nope.toml", "no such recipe file")
+
+
+def test_toml_syntax_error_names_the_line(tmp_path):
+    recipe = write_recipe(tmp_path, "[run]\nseed = 0\n[env\nuse = 'gym'\n")
+    assert_user_error(run_cli("run", str(recipe)), f"{recipe}:3:", "invalid TOML")
+
+
+@pytest.mark.parametrize(
+    "override, fragments",
+    [
+        ("algorithm.lr=-1", ["algorithm.lr", "must be > 0"]),
+        ("algorithm.lr=fast", ["algorithm.lr", "expected a number", "'fast'"]),
+        ("algorithm.policy.hiden=[8]", ["algorithm.policy.hiden", "did you mean 'hidden'"]),
+        ("noequals", ["expected KEY=VALUE"]),
+        ("run.seed.x=1", ["run.seed", "is a value, not a table"]),
+        ("loggers.5.use=csv", ["loggers.5", "not an index"]),
+        ("run.device=cuda:0", ["run.device", "not available"]),
+    ],
+)
+def test_bad_overrides_are_one_line_errors(tmp_path, override, fragments):
+    out = tmp_path / "run"
+    assert_user_error(run_cli("run", str(CANONICAL), "--out", str(out), "--set", override), *fragments)
+    assert not out.exists()
+
+
+def test_frames_per_batch_must_fit_the_envs(tmp_path):
+    out = tmp_path / "run"
+    result = run_cli("run", str(CANONICAL), "--out", str(out), "--set", "algorithm.frames_per_batch=250")
+    assert_user_error(result, "algorithm.frames_per_batch", "multiple of", "8")
+    assert not out.exists()
+
+
+def test_existing_run_directory_is_never_overwritten(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "precious.txt").write_text("keep me")
+    assert_user_error(run_cli("run", str(CANONICAL), "--out", str(out), *SHORT), "not empty")
+    assert (out / "precious.txt").read_text() == "keep me"
+
+
+def test_short_canonical_run_fills_the_run_directory(tmp_path):
+    out = tmp_path / "run"
+    result = run_cli("run", str(CANONICAL), "--out", str(out), *SHORT, "--set", "algorithm.lr=3e-4",
+                     "--set", "run.seed=1")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("frames", "episodes", "eval_return_mean", "eval_return_std", "wall_time_s", "seed"):
+        assert key in summary, key
+    assert summary["status"] == "finished"
+    assert summary["frames"] == 1024 and summary["seed"] == 1
+    assert summary["episodes"] > 0 and summary["eval_return_mean"] > 0
+
+    resolved = tomllib.loads((out / "recipe.toml").read_text())
+    assert resolved["algorithm"]["use"] == "rlplug:ppo"
+    assert resolved["algorithm"]["lr"] == pytest.approx(3e-4)
+    assert resolved["algorithm"]["policy"]["init"] == "orthogonal", "defaults are filled in"
+    assert resolved["provenance"]["components"]["algorithm.advantage"].startswith("rlplug:gae ")
+
+    with (out / "metrics.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["frames"]) for r in rows if r["loss_policy"]][-1] == 1024
+    assert any(r["eval_return_mean"] for r in rows), "evaluations are logged"
+    assert (out / "checkpoint.pt").stat().st_size > 0
+    # Not a terminal: plain progress lines, then the summary.
+    assert "frames 1024/1024 (100%)" in result.stdout
+
+    # The resolved recipe runs again as it is, and the same seed gives the same returns.
+    again = tmp_path / "again"
+    result = run_cli("run", str(out / "recipe.toml"), "--out", str(again))
+    assert result.returncode == 0, result.stderr
+    repeat = json.loads((again / "summary.json").read_text())
+    assert (repeat["eval_return_mean"], repeat["episodes"]) == (summary["eval_return_mean"], summary["episodes"])
+
+
+def test_list_groups_components_by_kind():
+    result = run_cli("list")
+    assert result.returncode == 0, result.stderr
+    for heading, name in [("envs", "gym"), ("algorithms", "ppo"), ("estimators", "gae"), ("loggers", "csv"),
+                          ("networks", "mlp")]:
+        assert heading in result.stdout and name in result.stdout
+    data = json.loads(run_cli("list", "--json").stdout)
+    gae = next(c for c in data["components"]["estimator"] if c["name"] == "gae")
+    assert gae["plugin"] == "rlplug" and gae["qualified_name"] == "rlplug:gae"
+    assert {"name": "gamma", "type": "float", "default": "0.99"} in gae["parameters"]
+
+
+def test_unknown_command_is_a_usage_error():
+    result = run_cli("fly")
+    assert result.returncode == 2 and "invalid choice" in result.stderr
