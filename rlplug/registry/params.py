@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import operator
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
@@ -48,9 +49,9 @@ class Range:
     lt: float | None = None
 
     def check(self, value: Any) -> str | None:
-        bounds = [(self.ge, ">=", value >= (self.ge or 0)), (self.gt, ">", value > (self.gt or 0)),
-                  (self.le, "<=", value <= (self.le or 0)), (self.lt, "<", value < (self.lt or 0))]
-        failed = [f"{op} {bound:g}" for bound, op, ok in bounds if bound is not None and not ok]
+        rules = [(self.ge, ">=", operator.ge), (self.gt, ">", operator.gt),
+                 (self.le, "<=", operator.le), (self.lt, "<", operator.lt)]
+        failed = [f"{symbol} {bound:g}" for bound, symbol, holds in rules if bound is not None and not holds(value, bound)]
         return f"must be {' and '.join(failed)}, got {value!r}" if failed else None
 
 
