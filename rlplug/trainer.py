@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import random
 import time
-from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,14 +18,11 @@ from typing import Any
 import numpy as np
 import tomli_w
 import torch
-from tensordict import TensorDictBase
 from torchrl.envs import EnvBase
-from torchrl.envs.utils import ExplorationType, set_exploration_type
 
+from rlplug.collect import Collector, evaluate
 from rlplug.errors import UserError
 from rlplug.recipe import Recipe
-
-RECENT_EPISODES = 20
 
 
 def seed_everything(seed: int) -> None:
@@ -51,67 +47,6 @@ def check_run_dir(run_dir: Path) -> None:
         raise UserError(f"--out {run_dir}: the directory exists and is not empty; choose a new one")
 
 
-class Collector:
-    """Steps the env with the policy and returns ``[*env_batch, time]`` batches; tracks episode returns."""
-
-    def __init__(self, env: EnvBase, policy, frames_per_batch: int):
-        self.env, self.policy = env, policy
-        self.envs = max(1, env.batch_size.numel())
-        if frames_per_batch % self.envs:
-            raise UserError(f"frames_per_batch ({frames_per_batch}) must be a multiple of the env's "
-                            f"{self.envs} parallel envs", path="algorithm.frames_per_batch")
-        self.steps = frames_per_batch // self.envs
-        self.time_dim = len(env.batch_size)
-        self.running_return = np.zeros(self.envs)
-        self.recent_returns: deque[float] = deque(maxlen=RECENT_EPISODES)
-        self.episodes = 0
-        self.state: TensorDictBase | None = None
-
-    @torch.no_grad()
-    def collect(self) -> TensorDictBase:
-        if self.state is None:
-            self.state = self.env.reset()
-        steps = []
-        with set_exploration_type(ExplorationType.RANDOM):
-            for _ in range(self.steps):
-                step, self.state = self.env.step_and_maybe_reset(self.policy(self.state))
-                steps.append(step)
-        batch = torch.stack(steps, dim=self.time_dim)
-        self._track_episodes(batch)
-        return batch
-
-    def _track_episodes(self, batch: TensorDictBase) -> None:
-        rewards = batch.get(("next", "reward")).reshape(self.envs, self.steps).cpu().numpy()
-        dones = batch.get(("next", "done")).reshape(self.envs, self.steps).cpu().numpy()
-        for t in range(self.steps):
-            self.running_return += rewards[:, t]
-            for env_index in np.flatnonzero(dones[:, t]):
-                self.recent_returns.append(float(self.running_return[env_index]))
-                self.running_return[env_index] = 0.0
-                self.episodes += 1
-
-    def recent_return(self) -> float | None:
-        return float(np.mean(self.recent_returns)) if self.recent_returns else None
-
-
-@torch.no_grad()
-def evaluate(env: EnvBase, policy, episodes: int, seed: int) -> list[float]:
-    """Returns of the deterministic policy over ``episodes`` episodes, from the same start states each time."""
-    env.set_seed(seed)
-    state = env.reset()
-    envs = max(1, env.batch_size.numel())
-    running = np.zeros(envs)
-    returns: list[float] = []
-    with set_exploration_type(ExplorationType.DETERMINISTIC):
-        while len(returns) < episodes:
-            step, state = env.step_and_maybe_reset(policy(state))
-            running += step.get(("next", "reward")).reshape(envs).cpu().numpy()
-            for env_index in np.flatnonzero(step.get(("next", "done")).reshape(envs).cpu().numpy()):
-                returns.append(float(running[env_index]))
-                running[env_index] = 0.0
-    return returns[:episodes]
-
-
 @dataclass
 class Run:
     """A recipe built and ready to train into ``run_dir``."""
@@ -129,14 +64,14 @@ class Run:
         settings = recipe.run
         torch.set_num_threads(settings.num_threads)
         seed_everything(settings.seed)
+        torch.distributions.Distribution.set_default_validate_args(False)  # argument checks cost more than sampling
         env = recipe.env.build(device=settings.device)
-        env.set_seed(settings.seed)
         eval_env = build_eval_env(recipe)
         algorithm = recipe.algorithm.build(
             observation_spec=env.observation_spec, action_spec=env.action_spec, device=settings.device,
             seed=settings.seed, total_frames=settings.total_frames,
         )
-        collector = Collector(env, algorithm.policy, algorithm.frames_per_batch)
+        collector = Collector(env, algorithm.policy, algorithm.frames_per_batch, seed=settings.seed)
         return cls(recipe, run_dir, env, eval_env, algorithm, collector)
 
     def train(self) -> dict[str, Any]:
@@ -154,8 +89,8 @@ class Run:
                 frames += batch.numel()
                 metrics = self.algorithm.update(batch)
                 elapsed = time.perf_counter() - started
-                recent = self.collector.recent_return()
-                metrics = {"fps": frames / elapsed, "episodes": self.collector.episodes,
+                recent = self.collector.tracker.recent_return()
+                metrics = {"fps": frames / elapsed, "episodes": self.collector.tracker.episodes,
                            **({"episode_return": recent} if recent is not None else {}), **metrics}
                 _log(loggers, metrics, frames)
                 if next_eval is not None and frames >= next_eval and frames < settings.total_frames:
@@ -169,10 +104,10 @@ class Run:
             raise
         finally:
             summary.update(
-                frames=frames, episodes=self.collector.episodes,
+                frames=frames, episodes=self.collector.tracker.episodes,
                 eval_return_mean=float(np.mean(eval_returns)) if eval_returns else None,
                 eval_return_std=float(np.std(eval_returns)) if eval_returns else None,
-                train_return_recent=self.collector.recent_return(),
+                train_return_recent=self.collector.tracker.recent_return(),
                 wall_time_s=round(time.perf_counter() - started, 3), seed=settings.seed,
                 run_dir=str(self.run_dir),
             )

@@ -1,8 +1,14 @@
-"""Proximal policy optimisation with the clipped surrogate (Schulman et al. 2017), on TorchRL's loss.
+"""Proximal policy optimisation with the clipped surrogate (Schulman et al. 2017).
 
-One update: critic values for every step and its successor, the advantage and value-target estimators,
-then ``epochs`` passes of shuffled minibatches through ``ClipPPOLoss``, with learning rate and clip
-range optionally annealed linearly to zero over the run's frame budget.
+One update, top to bottom:
+1. the critic values every step and its successor; the estimators write ``advantage`` and ``value_target``;
+2. ``epochs`` passes over shuffled minibatches: clipped surrogate + value regression (+ entropy bonus),
+   one Adam step each with the global gradient norm clipped;
+3. learning rate and clip range optionally decay linearly to zero over the run's frame budget.
+
+The loss is computed here on tensors rather than with TorchRL's ``ClipPPOLoss``: the arithmetic is the
+same, but going through TensorDicts costs about 1.8x the time per minibatch for small networks (see
+BENCHMARKS.md). The policy and critic stay TorchRL modules; :mod:`rlplug.acting` reads them as tensors.
 """
 
 from __future__ import annotations
@@ -11,10 +17,10 @@ from dataclasses import dataclass
 
 import torch
 from tensordict import TensorDictBase
-from tensordict.nn import TensorDictModule
-from torchrl.objectives import ClipPPOLoss
+from tensordict.nn import TensorDictModuleBase
 
-from rlplug.training import MetricMean, linear_decay, minibatches, optimiser_step, set_learning_rate
+from rlplug.acting import ActorView, entropy, value_function
+from rlplug.training import MetricMean, linear_decay, make_adam, minibatches, optimiser_step, set_learning_rate
 
 
 @dataclass
@@ -36,30 +42,30 @@ class PPOConfig:
 class PPO:
     """Clipped PPO; ``policy`` acts, ``update`` learns from one ``[envs, time]`` batch."""
 
-    def __init__(self, config: PPOConfig, policy: TensorDictModule, critic: TensorDictModule,
-                 estimators: list[TensorDictModule]):
+    def __init__(self, config: PPOConfig, policy: TensorDictModuleBase, critic: TensorDictModuleBase,
+                 estimators: list[TensorDictModuleBase]):
         self.config = config
         self.frames_per_batch = config.frames_per_batch
         self.policy, self.critic, self.estimators = policy, critic, estimators
-        self.loss = ClipPPOLoss(
-            policy, critic, clip_epsilon=config.clip_epsilon, entropy_bonus=config.entropy_coef > 0,
-            entropy_coeff=config.entropy_coef or None, critic_coeff=config.value_coef, loss_critic_type="l2",
-            normalize_advantage=config.normalize_advantages, functional=False,
-        )
-        self.parameters = list(self.loss.parameters())
-        self.optimiser = torch.optim.Adam(self.parameters, lr=config.lr, eps=1e-5)
+        self.actor = ActorView.of(policy)
+        self.value = value_function(critic, self.actor.observation_key)
+        self.parameters = list({id(p): p for p in [*policy.parameters(), *critic.parameters()]}.values())
+        self.optimiser = make_adam(self.parameters, lr=config.lr)
         self.frames = 0
 
     @torch.no_grad()
     def estimate(self, batch: TensorDictBase) -> TensorDictBase:
-        """Fill ``state_value``, ``("next", "state_value")``, then run the estimators in order."""
-        self.critic(batch)
-        self.critic(batch.get("next"))
+        """Fill ``state_value`` and ``("next", "state_value")`` in one critic call, then run the estimators."""
+        key = self.actor.observation_key
+        observations = batch.get(key)
+        values = self.value(torch.cat([observations, batch.get(("next", key))]))
+        batch.set("state_value", values[: len(observations)])
+        batch.set(("next", "state_value"), values[len(observations):])
         for estimator in self.estimators:
             estimator(batch)
         missing = [k for k in ("advantage", "value_target") if k not in batch.keys()]
         if missing:
-            raise RuntimeError(f"PPO needs {' and '.join(missing)} but no estimator wrote it; "
+            raise RuntimeError(f"PPO needs {' and '.join(missing)}, which no estimator wrote; "
                                f"set algorithm.advantage / algorithm.value_target")
         return batch
 
@@ -70,20 +76,46 @@ class PPO:
         lr = linear_decay(config.lr, progress) if config.anneal_lr else config.lr
         clip = linear_decay(config.clip_epsilon, progress) if config.anneal_clip else config.clip_epsilon
         set_learning_rate(self.optimiser, lr)
-        self.loss.clip_epsilon.fill_(clip)
 
         flat = self.estimate(batch).reshape(-1)
+        data = {
+            "observation": flat.get(self.actor.observation_key), "action": flat.get(self.actor.action_key),
+            "old_log_prob": flat.get(self.actor.log_prob_key), "advantage": flat.get("advantage").reshape(-1),
+            "value_target": flat.get("value_target"),
+        }
         metrics = MetricMean()
-        for _ in range(config.epochs):
-            for minibatch in minibatches(flat, config.minibatch_size):
-                losses = self.loss(minibatch)
-                total = losses["loss_objective"] + losses["loss_critic"]
-                if "loss_entropy" in losses.keys():
-                    total = total + losses["loss_entropy"]
-                grad_norm = optimiser_step(self.optimiser, total, self.parameters, config.max_grad_norm)
-                metrics.add(loss_policy=losses["loss_objective"], loss_value=losses["loss_critic"],
-                            clip_fraction=losses["clip_fraction"], kl=losses["kl_approx"], grad_norm=grad_norm)
+        for epoch in range(config.epochs):
+            for minibatch in minibatches(data, config.minibatch_size):
+                losses = self.loss(minibatch, clip, diagnostics=epoch == config.epochs - 1)
+                grad_norm = optimiser_step(self.optimiser, losses.pop("loss"), self.parameters, config.max_grad_norm)
+                if losses:
+                    metrics.add(grad_norm=grad_norm, **losses)
         return {**metrics.means(), "lr": lr, "clip_epsilon": clip}
+
+    def loss(self, data: dict[str, torch.Tensor], clip: float, diagnostics: bool = False) -> dict[str, torch.Tensor]:
+        """The PPO objective on one minibatch; ``diagnostics`` adds the losses, clip fraction and KL estimate."""
+        config = self.config
+        dist = self.actor.distribution(data["observation"])
+        log_ratio = dist.log_prob(data["action"]) - data["old_log_prob"]
+        ratio = log_ratio.exp()
+        advantage = data["advantage"]
+        if config.normalize_advantages:
+            advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+        policy_loss = -torch.min(ratio * advantage, ratio.clamp(1 - clip, 1 + clip) * advantage).mean()
+        value_loss = (self.value(data["observation"]) - data["value_target"]).pow(2).mean()
+        loss = policy_loss + config.value_coef * value_loss
+        result = {"loss": loss}
+        if config.entropy_coef:
+            entropy_mean = entropy(dist).mean()
+            result["loss"] = loss - config.entropy_coef * entropy_mean
+            if diagnostics:
+                result["entropy"] = entropy_mean
+        if diagnostics:
+            with torch.no_grad():
+                result.update(loss_policy=policy_loss, loss_value=value_loss,
+                              clip_fraction=((ratio - 1).abs() > clip).float().mean(),
+                              kl=((ratio - 1) - log_ratio).mean())
+        return result
 
     def state_dict(self) -> dict:
         return {"policy": self.policy.state_dict(), "critic": self.critic.state_dict(),
