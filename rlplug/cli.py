@@ -25,8 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.handler(args)
     except (UserError, PluginError) as error:
-        if os.environ.get("RLPLUG_DEBUG"):
-            raise
+        if os.environ.get("RLPLUG_DEBUG") or isinstance(error, PluginError):
+            raise  # a PluginError escapes only in strict mode, which promises the traceback
         print(f"rlplug: error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -114,9 +114,11 @@ def _load_one(manager: pluggy.PluginManager, registry: Registry, record: PluginR
 def _check_hook_names(plugin: ModuleType | object) -> None:
     """Catch ``rlplug_register_env`` and friends: pluggy would silently ignore a misspelled hook."""
     for attr in dir(plugin):
-        if attr.startswith("rlplug_") and attr not in HOOKS.values():
+        if not attr.startswith("rlplug_") or not inspect.isroutine(getattr(plugin, attr)):
+            continue  # an imported module or a constant named rlplug_* is no hook
+        if attr not in HOOKS.values():
             raise PluginError(f"'{attr}' is not an rlplug hook{did_you_mean(attr, HOOKS.values())}")
-        if attr in HOOKS.values() and not hasattr(getattr(plugin, attr), "rlplug_impl"):
+        if not hasattr(getattr(plugin, attr), "rlplug_impl"):
             raise PluginError(f"'{attr}' is not marked with @rlplug.hookimpl")
 
 
