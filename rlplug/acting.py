@@ -13,7 +13,12 @@ from dataclasses import dataclass
 import torch
 from tensordict import TensorDict
 from tensordict.nn import ProbabilisticTensorDictModule, TensorDictModule, TensorDictModuleBase
-from torch.distributions import Distribution
+from torch.distributions import Categorical, Distribution, OneHotCategorical
+from torchrl.modules import OneHotCategorical as TorchRLOneHotCategorical
+
+CATEGORICALS = (Categorical, OneHotCategorical)
+#: Categoricals whose samples are one-hot vectors (TorchRL's derives from the index-valued ``Categorical``).
+ONE_HOT = (OneHotCategorical, TorchRLOneHotCategorical)
 
 
 @dataclass
@@ -45,6 +50,12 @@ class ActorView:
             action_key=probabilistic.out_keys[0], log_prob_key=probabilistic.log_prob_key,
         )
 
+    @property
+    def categorical(self) -> bool:
+        """Whether the head is a categorical over logits, which :meth:`act` and :meth:`evaluate` compute
+        directly from the logits (the same numbers as the distribution's, at a quarter of the cost)."""
+        return self.param_keys == ("logits",) and issubclass(self.distribution_class, CATEGORICALS)
+
     def distribution(self, observation: torch.Tensor) -> Distribution:
         params = self.params_module(observation)
         params = params if isinstance(params, tuple) else (params,)
@@ -52,9 +63,37 @@ class ActorView:
 
     def act(self, observation: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """An action and its log-probability (the mode's, when deterministic)."""
+        if self.categorical:
+            log_probs = self.params_module(observation).log_softmax(-1)
+            if deterministic:
+                index = log_probs.argmax(-1, keepdim=True)
+            else:
+                index = torch.multinomial(log_probs.exp().reshape(-1, log_probs.shape[-1]), 1)
+                index = index.reshape(*log_probs.shape[:-1], 1)
+            return self._action_from_index(index, log_probs.shape[-1]), log_probs.gather(-1, index).squeeze(-1)
         dist = self.distribution(observation)
         action = deterministic_sample(dist) if deterministic else dist.sample()
         return action, dist.log_prob(action)
+
+    def evaluate(self, observation: torch.Tensor, action: torch.Tensor,
+                 with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probability of ``action`` (differentiable), and the entropy when asked for."""
+        if self.categorical:
+            log_probs = self.params_module(observation).log_softmax(-1)
+            index = action.argmax(-1, keepdim=True) if self._one_hot else action.unsqueeze(-1)
+            log_prob = log_probs.gather(-1, index).squeeze(-1)
+            return log_prob, (-(log_probs.exp() * log_probs).sum(-1) if with_entropy else None)
+        dist = self.distribution(observation)
+        return dist.log_prob(action), (entropy(dist) if with_entropy else None)
+
+    @property
+    def _one_hot(self) -> bool:
+        return issubclass(self.distribution_class, ONE_HOT)
+
+    def _action_from_index(self, index: torch.Tensor, choices: int) -> torch.Tensor:
+        if self._one_hot:
+            return torch.nn.functional.one_hot(index.squeeze(-1), choices)
+        return index.squeeze(-1)
 
 
 def deterministic_sample(dist: Distribution) -> torch.Tensor:

@@ -25,7 +25,7 @@ from rlplug.errors import UserError
 RECENT_EPISODES = 20
 
 
-def tensor_road(env: EnvBase, policy) -> ActorView | None:
+def actor_view_for(env: EnvBase, policy) -> ActorView | None:
     """The actor view to collect with on the tensor road, or None where only the TensorDict road goes."""
     if not getattr(env, "supports_tensor_steps", False):
         return None
@@ -59,7 +59,7 @@ class EpisodeTracker:
 class Collector:
     """Steps ``env`` with ``policy`` and returns batches of ``frames_per_batch`` frames."""
 
-    def __init__(self, env: EnvBase, policy, frames_per_batch: int, seed: int):
+    def __init__(self, env: EnvBase, policy, frames_per_batch: int, seed: int, tensor_road: bool = True):
         self.env, self.policy, self.seed = env, policy, seed
         self.envs = max(1, env.batch_size.numel())
         if frames_per_batch % self.envs:
@@ -67,7 +67,7 @@ class Collector:
                             f"{self.envs} parallel envs", path="algorithm.frames_per_batch")
         self.steps = frames_per_batch // self.envs
         self.time_dim = len(env.batch_size)
-        self.actor = tensor_road(env, policy)
+        self.actor = actor_view_for(env, policy) if tensor_road else None
         self.tracker = EpisodeTracker(self.envs)
         self.state: TensorDictBase | torch.Tensor | None = None
 
@@ -126,7 +126,7 @@ def evaluate(env: EnvBase, policy, episodes: int, seed: int) -> list[float]:
     """Returns of the deterministic policy over ``episodes`` episodes, from the same start states each time."""
     envs = max(1, env.batch_size.numel())
     tracker = EpisodeTracker(envs, keep=None)
-    actor = tensor_road(env, policy)
+    actor = actor_view_for(env, policy)
     with set_exploration_type(ExplorationType.DETERMINISTIC):
         if actor:
             observation = env.reset_tensors(seed=seed)

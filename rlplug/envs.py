@@ -38,28 +38,31 @@ class VectorGymEnv(GymWrapper):
             and type(self.action_spec).__name__ == "OneHot"
         self.supports_tensor_steps = self._discrete or isinstance(space, gym.spaces.Box)
         obs_key = "observation" if "observation" in self.observation_spec.keys() else None
-        self._obs_dtype = self.observation_spec[obs_key].dtype if obs_key else torch.float32
+        obs_dtype = self.observation_spec[obs_key].dtype if obs_key else torch.float32
+        self._obs_dtype = torch.empty((), dtype=obs_dtype).numpy().dtype  # conversions happen in numpy: cheaper
+        self._on_cpu = self.device is None or torch.device(self.device).type == "cpu"
 
     def reset_tensors(self, seed: int | None = None) -> torch.Tensor:
         observation, _ = self._env.reset(seed=seed)
-        return self._tensor(observation)
+        return self._tensor(observation.astype(self._obs_dtype, copy=False))
 
     def step_tensors(self, action: torch.Tensor) -> Transition:
         if self._one_hot:
             action = action.argmax(-1)
         observation, reward, terminated, truncated, info = self._env.step(action.cpu().numpy())
+        observation = observation.astype(self._obs_dtype, copy=False)
         next_observation = observation
         ended = terminated | truncated
         if ended.any():
             next_observation = observation.copy()
             for index in np.flatnonzero(ended):
                 next_observation[index] = info["final_obs"][index]
-        return Transition(self._tensor(next_observation), self._tensor(reward, torch.float32),
+        return Transition(self._tensor(next_observation), self._tensor(reward.astype(np.float32, copy=False)),
                           self._tensor(terminated), self._tensor(truncated), self._tensor(observation))
 
-    def _tensor(self, array: np.ndarray, dtype: torch.dtype | None = None) -> torch.Tensor:
-        tensor = torch.from_numpy(np.asarray(array))
-        return tensor.to(device=self.device, dtype=dtype or (self._obs_dtype if tensor.is_floating_point() else None))
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        tensor = torch.from_numpy(array)
+        return tensor if self._on_cpu else tensor.to(self.device)
 
 
 def make_gym_vector_env(env_id: str, *, num_envs: int, max_episode_steps: int | None,

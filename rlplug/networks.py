@@ -64,6 +64,9 @@ def wrap(trunk: nn.Module, *, role: str, observation_spec: Composite, action_spe
         return ProbabilisticActor(logits, in_keys=["logits"], distribution_class=distribution,
                                   spec=action_spec, return_log_prob=True)
     params = TensorDictModule(nn.Sequential(trunk, NormalParamExtractor()), in_keys=[obs], out_keys=["loc", "scale"])
-    bounds = {"low": action_spec.space.low, "high": action_spec.space.high} if hasattr(action_spec.space, "low") else {}
+    bounds = {}
+    if hasattr(action_spec.space, "low"):  # one env's bounds: the spec carries the env batch dims in front
+        first_env = (0,) * observation_spec.ndim
+        bounds = {"low": action_spec.space.low[first_env], "high": action_spec.space.high[first_env]}
     return ProbabilisticActor(params, in_keys=["loc", "scale"], distribution_class=TanhNormal,
                               distribution_kwargs=bounds, spec=action_spec, return_log_prob=True)

@@ -19,7 +19,7 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
-from rlplug.acting import ActorView, entropy, value_function
+from rlplug.acting import ActorView, value_function
 from rlplug.training import MetricMean, linear_decay, make_adam, minibatches, optimiser_step, set_learning_rate
 
 
@@ -83,30 +83,33 @@ class PPO:
             "old_log_prob": flat.get(self.actor.log_prob_key), "advantage": flat.get("advantage").reshape(-1),
             "value_target": flat.get("value_target"),
         }
+        # Advantages are normalised per minibatch; a minibatch that is the whole batch is the same every epoch.
+        normalize_each = config.normalize_advantages and config.minibatch_size < len(flat)
+        if config.normalize_advantages and not normalize_each:
+            data["advantage"] = normalized(data["advantage"])
         metrics = MetricMean()
         for epoch in range(config.epochs):
             for minibatch in minibatches(data, config.minibatch_size):
-                losses = self.loss(minibatch, clip, diagnostics=epoch == config.epochs - 1)
+                losses = self.loss(minibatch, clip, normalize_each, diagnostics=epoch == config.epochs - 1)
                 grad_norm = optimiser_step(self.optimiser, losses.pop("loss"), self.parameters, config.max_grad_norm)
                 if losses:
                     metrics.add(grad_norm=grad_norm, **losses)
         return {**metrics.means(), "lr": lr, "clip_epsilon": clip}
 
-    def loss(self, data: dict[str, torch.Tensor], clip: float, diagnostics: bool = False) -> dict[str, torch.Tensor]:
+    def loss(self, data: dict[str, torch.Tensor], clip: float, normalize_advantages: bool,
+             diagnostics: bool = False) -> dict[str, torch.Tensor]:
         """The PPO objective on one minibatch; ``diagnostics`` adds the losses, clip fraction and KL estimate."""
         config = self.config
-        dist = self.actor.distribution(data["observation"])
-        log_ratio = dist.log_prob(data["action"]) - data["old_log_prob"]
+        log_prob, entropy = self.actor.evaluate(data["observation"], data["action"], with_entropy=config.entropy_coef > 0)
+        log_ratio = log_prob - data["old_log_prob"]
         ratio = log_ratio.exp()
-        advantage = data["advantage"]
-        if config.normalize_advantages:
-            advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+        advantage = normalized(data["advantage"]) if normalize_advantages else data["advantage"]
         policy_loss = -torch.min(ratio * advantage, ratio.clamp(1 - clip, 1 + clip) * advantage).mean()
         value_loss = (self.value(data["observation"]) - data["value_target"]).pow(2).mean()
         loss = policy_loss + config.value_coef * value_loss
         result = {"loss": loss}
-        if config.entropy_coef:
-            entropy_mean = entropy(dist).mean()
+        if entropy is not None:
+            entropy_mean = entropy.mean()
             result["loss"] = loss - config.entropy_coef * entropy_mean
             if diagnostics:
                 result["entropy"] = entropy_mean
@@ -126,3 +129,7 @@ class PPO:
         self.critic.load_state_dict(state["critic"])
         self.optimiser.load_state_dict(state["optimiser"])
         self.frames = state["frames"]
+
+
+def normalized(advantage: torch.Tensor) -> torch.Tensor:
+    return (advantage - advantage.mean()) / (advantage.std() + 1e-8)

@@ -1,0 +1,93 @@
+"""Collection: the tensor road and the TensorDict road give the same batches; the actor view's shortcuts
+give the distribution's numbers; continuous actions work end to end."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import CANONICAL
+from rlplug import recipe as recipes
+from rlplug.acting import ActorView
+from rlplug.collect import Collector, evaluate
+from rlplug.trainer import Run
+
+KEYS = {"observation", "action", "action_log_prob", ("next", "observation"), ("next", "reward"),
+        ("next", "done"), ("next", "terminated"), ("next", "truncated")}
+
+
+def build(tmp_path, *overrides: str) -> Run:
+    recipe = recipes.load(CANONICAL, ["run.total_frames=512", "eval.episodes=2", *overrides])
+    return Run.build(recipe, tmp_path / "run")
+
+
+@pytest.fixture(scope="module")
+def cartpole(tmp_path_factory):
+    return build(tmp_path_factory.mktemp("cartpole"), "env.num_envs=4", "algorithm.frames_per_batch=400")
+
+
+@pytest.mark.parametrize("tensor_road", [True, False])
+def test_both_roads_give_the_same_layout_and_continuity(cartpole, tensor_road):
+    collector = Collector(cartpole.env, cartpole.algorithm.policy, 400, seed=3, tensor_road=tensor_road)
+    assert (collector.actor is not None) == tensor_road
+    batch = collector.collect()
+    assert batch.batch_size == (4, 100)
+    assert KEYS <= set(batch.keys(True, True))
+    assert batch.get(("next", "reward")).shape == (4, 100, 1)
+    assert batch.get("action").shape == (4, 100, 2) and batch.get("action_log_prob").shape == (4, 100)
+    done = batch.get(("next", "done")).squeeze(-1)
+    assert torch.equal(done, (batch.get(("next", "terminated")) | batch.get(("next", "truncated"))).squeeze(-1))
+    assert done.any(), "a random CartPole policy ends episodes within 100 steps"
+    # Within an episode the next observation is where the following step starts; after a done it is not.
+    following = batch.get("observation")[:, 1:]
+    next_obs = batch.get(("next", "observation"))[:, :-1]
+    same = (following == next_obs).all(-1)
+    assert torch.equal(same, ~done[:, :-1])
+    # The stored log-probabilities are those of the stored actions under the current policy.
+    view = ActorView.of(cartpole.algorithm.policy)
+    with torch.no_grad():
+        expected = view.distribution(batch.get("observation")).log_prob(batch.get("action"))
+    torch.testing.assert_close(batch.get("action_log_prob"), expected)
+    # Episode bookkeeping saw every done.
+    assert collector.tracker.episodes == int(done.sum())
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(min_value=1, max_value=64), st.floats(min_value=0.1, max_value=10), st.integers(0, 2**31 - 1))
+def test_categorical_shortcuts_match_the_distribution(cartpole, rows, scale, seed):
+    view = ActorView.of(cartpole.algorithm.policy)
+    assert view.categorical
+    observation = torch.randn(rows, 4, generator=torch.Generator().manual_seed(seed)) * scale
+    with torch.no_grad():
+        dist = view.distribution(observation)
+        action, log_prob = view.act(observation)
+        torch.testing.assert_close(log_prob, dist.log_prob(action))
+        evaluated, entropy = view.evaluate(observation, action, with_entropy=True)
+        torch.testing.assert_close(evaluated, log_prob)
+        torch.testing.assert_close(entropy, dist.entropy())
+        mode, _ = view.act(observation, deterministic=True)
+        assert torch.equal(mode.argmax(-1), dist.probs.argmax(-1))
+
+
+def test_evaluation_is_deterministic_and_counts_episodes(cartpole):
+    first = evaluate(cartpole.eval_env, cartpole.algorithm.policy, episodes=2, seed=7)
+    second = evaluate(cartpole.eval_env, cartpole.algorithm.policy, episodes=2, seed=7)
+    assert len(first) == 2 and first == second
+
+
+def test_continuous_actions_train_end_to_end(tmp_path):
+    overrides = ["env.id=Pendulum-v1", "env.num_envs=2", "algorithm.frames_per_batch=128",
+                 "algorithm.minibatch_size=64", "algorithm.epochs=2", "algorithm.entropy_coef=0.01"]
+    run = build(tmp_path, *overrides)
+    view = ActorView.of(run.algorithm.policy)
+    assert not view.categorical and run.collector.actor is not None
+    summary = run.train()
+    assert summary["status"] == "finished" and summary["frames"] == 512
+    batch = run.collector.collect()
+    action = batch.get("action")
+    assert action.shape == (2, 64, 1) and action.abs().max() <= 2.0, "tanh-squashed into Pendulum's bounds"
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["eval_return_mean"] < 0
