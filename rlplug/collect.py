@@ -97,14 +97,17 @@ class Collector:
         observation = self.state
         columns: dict[str, list[torch.Tensor]] = {k: [] for k in ("obs", "action", "log_prob", "next_obs",
                                                                    "reward", "terminated", "truncated")}
-        for _ in range(steps):
-            action, log_prob = actor.act(observation)
-            transition = env.step_tensors(action)
-            for key, value in (("obs", observation), ("action", action), ("log_prob", log_prob),
-                               ("next_obs", transition.next_observation), ("reward", transition.reward),
-                               ("terminated", transition.terminated), ("truncated", transition.truncated)):
-                columns[key].append(value)
-            observation = transition.observation
+        act, step = actor.act, env.step_tensors  # looked up once: env may be a TransformedEnv forwarding them
+        # Inference mode is cheaper per op than no_grad; the stacks below, outside it, are ordinary tensors.
+        with torch.inference_mode():
+            for _ in range(steps):
+                action, log_prob = act(observation)
+                transition = step(action)
+                for key, value in (("obs", observation), ("action", action), ("log_prob", log_prob),
+                                   ("next_obs", transition.next_observation), ("reward", transition.reward),
+                                   ("terminated", transition.terminated), ("truncated", transition.truncated)):
+                    columns[key].append(value)
+                observation = transition.observation
         self.state = observation
 
         def stacked(key: str, feature: bool = False) -> torch.Tensor:

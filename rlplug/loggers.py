@@ -7,7 +7,6 @@ A logger has ``log(metrics, frames)``, called after every update (and after ever
 from __future__ import annotations
 
 import csv
-import sys
 import time
 from pathlib import Path
 
@@ -62,33 +61,34 @@ class ConsoleLogger:
 class CSVLogger:
     """One row per log call, flushed at once so a crash loses nothing already logged.
 
-    Columns are every metric seen so far; when a new one appears, the file is rewritten with it.
+    Columns are every metric seen so far; when a new one appears (rare: the first evaluation, say), the file
+    is read back and rewritten with the wider header, so nothing is held in memory between calls.
     """
 
     def __init__(self, path: Path):
         self.path = Path(path)
         self.columns: list[str] = ["frames"]
-        self.rows: list[dict[str, float]] = []
         self.file = None
 
     def log(self, metrics: dict[str, float], frames: int) -> None:
         row = {"frames": frames, **metrics}
-        self.rows.append(row)
         new = [key for key in row if key not in self.columns]
         if new or self.file is None:
             self.columns += new
             self._rewrite()
-        else:
-            self.writer.writerow(row)
+        self.writer.writerow(row)
         self.file.flush()
 
     def _rewrite(self) -> None:
+        rows = []
         if self.file is not None:
             self.file.close()
+            with self.path.open(newline="") as old:
+                rows = list(csv.DictReader(old))
         self.file = self.path.open("w", newline="")
         self.writer = csv.DictWriter(self.file, fieldnames=self.columns)
         self.writer.writeheader()
-        self.writer.writerows(self.rows)
+        self.writer.writerows(rows)
 
     def close(self, summary: dict) -> None:
         if self.file is not None:

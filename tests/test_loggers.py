@@ -1,0 +1,30 @@
+"""The built-in loggers keep every row, whatever order metrics first appear in."""
+
+from __future__ import annotations
+
+import csv
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlplug.loggers import CSVLogger
+
+metric_names = st.sampled_from(["fps", "loss", "eval_return_mean", "kl"])
+rows = st.lists(st.dictionaries(metric_names, st.floats(-1e6, 1e6, allow_nan=False), min_size=1), min_size=1, max_size=12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=rows)
+def test_csv_keeps_every_row_and_every_column(tmp_path_factory, rows):
+    path = tmp_path_factory.mktemp("csv") / "metrics.csv"
+    logger = CSVLogger(path)
+    for frames, row in enumerate(rows):
+        logger.log(row, frames)
+        with path.open() as f:  # flushed at once: readable while the run goes on
+            assert len(list(csv.DictReader(f))) == frames + 1
+    logger.close({})
+    with path.open() as f:
+        read = list(csv.DictReader(f))
+    assert [int(r["frames"]) for r in read] == list(range(len(rows)))
+    for written, back in zip(rows, read):
+        assert {k: float(v) for k, v in back.items() if v and k != "frames"} == written
