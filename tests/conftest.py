@@ -13,11 +13,14 @@ ROOT = Path(__file__).resolve().parent.parent
 CANONICAL = ROOT / "recipes" / "cartpole-ppo.toml"
 
 
-def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """``python -m rlplug ARGS`` as a user would run it; returns the finished process."""
-    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    full_env.pop("RLPLUG_STRICT_PLUGINS", None) if env is None or "RLPLUG_STRICT_PLUGINS" not in env else None
-    return subprocess.run([sys.executable, "-m", "rlplug", *args], cwd=cwd or ROOT, env=full_env,
+def run_cli(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m rlplug ARGS`` as a user would run it, from the repository root; the finished process.
+
+    rlplug's own switches (``RLPLUG_STRICT_PLUGINS``, ``RLPLUG_DEBUG``) are not inherited, only given.
+    """
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("RLPLUG_")}
+    full_env = {**inherited, "PYTHONUNBUFFERED": "1", "COLUMNS": "200", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "rlplug", *args], cwd=ROOT, env=full_env,
                           capture_output=True, text=True, timeout=timeout)
 
 

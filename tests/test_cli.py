@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CANONICAL, ROOT, run_cli
+from conftest import CANONICAL, run_cli
 
 SHORT = ["--set", "run.total_frames=1024", "--set", "eval.every_frames=512", "--set", "eval.episodes=2"]
 

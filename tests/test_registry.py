@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 import rlplug
+from conftest import run_cli
 from rlplug.components import Env
 from rlplug.errors import ComponentError, PluginError, UserError
 from rlplug.registry import resolve
@@ -287,12 +288,9 @@ def test_make_rejects_an_unknown_name():
 
 def rlplug_cli(*args: str, path: Path | None = None, **env: str) -> subprocess.CompletedProcess:
     """``python -m rlplug ARGS`` with ``path`` (a folder of fake distributions) on PYTHONPATH."""
-    full_env = {k: v for k, v in os.environ.items() if k not in ("RLPLUG_STRICT_PLUGINS", "RLPLUG_DEBUG")}
     if path is not None:
-        full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(path), os.environ.get("PYTHONPATH")]))
-    full_env.update(COLUMNS="200", **env)
-    return subprocess.run([sys.executable, "-m", "rlplug", *args], cwd=ROOT, env=full_env,
-                          capture_output=True, text=True, timeout=60)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(path), os.environ.get("PYTHONPATH")]))
+    return run_cli(*args, env=env, timeout=60)
 
 
 @pytest.fixture
