@@ -32,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("rlplug: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`rlplug list | head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 def build_parser() -> argparse.ArgumentParser:

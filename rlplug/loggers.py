@@ -43,7 +43,10 @@ class ConsoleLogger:
             self.progress.update(self.task, completed=frames, status=status)
             return
         now = time.monotonic()
-        if now - self.last_line >= self.every_seconds or frames >= self.total_frames or "eval_return_mean" in metrics:
+        if "eval_return_mean" in metrics:
+            spread = f" +- {metrics['eval_return_std']:.3g}" if "eval_return_std" in metrics else ""
+            print(f"frames {frames}/{self.total_frames}  eval return {metrics['eval_return_mean']:.4g}{spread}", flush=True)
+        elif now - self.last_line >= self.every_seconds or frames >= self.total_frames:
             self.last_line = now
             percent = 100.0 * frames / self.total_frames
             print(f"frames {frames}/{self.total_frames} ({percent:.0f}%)  {status}", flush=True)
