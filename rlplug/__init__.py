@@ -13,7 +13,16 @@ from rlplug.registry.params import CONTEXT_NAMES, Check, Range
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):
+    if name == "Agent":  # imported on first use: it brings torch and TorchRL, which `rlplug list` does without
+        from rlplug.agent import Agent
+
+        return Agent
+    raise AttributeError(f"module 'rlplug' has no attribute '{name}'")
+
+
 __all__ = [
-    "hookimpl", "make", "get_registry", "UserError", "Range", "Check", "CONTEXT_NAMES",
+    "Agent", "hookimpl", "make", "get_registry", "UserError", "Range", "Check", "CONTEXT_NAMES",
     "Component", "Env", "Algorithm", "Estimator", "Logger", "Network",
 ]

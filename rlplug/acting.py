@@ -80,18 +80,19 @@ class ActorView:
         """Log-probability of ``action`` (differentiable), and the entropy when asked for."""
         if self.categorical:
             log_probs = self.params_module(observation).log_softmax(-1)
-            index = action.argmax(-1, keepdim=True) if self._one_hot else action.unsqueeze(-1)
+            index = action.argmax(-1, keepdim=True) if self.one_hot else action.unsqueeze(-1)
             log_prob = log_probs.gather(-1, index).squeeze(-1)
             return log_prob, (-(log_probs.exp() * log_probs).sum(-1) if with_entropy else None)
         dist = self.distribution(observation)
         return dist.log_prob(action), (entropy(dist) if with_entropy else None)
 
     @property
-    def _one_hot(self) -> bool:
+    def one_hot(self) -> bool:
+        """Whether actions are one-hot vectors (TorchRL's layout for gymnasium's Discrete spaces)."""
         return issubclass(self.distribution_class, ONE_HOT)
 
     def _action_from_index(self, index: torch.Tensor, choices: int) -> torch.Tensor:
-        if self._one_hot:
+        if self.one_hot:
             return torch.nn.functional.one_hot(index.squeeze(-1), choices)
         return index.squeeze(-1)
 

@@ -56,7 +56,7 @@ class Recipe:
     algorithm: Algorithm
     run: RunSettings = RunSettings()
     eval: EvalSettings = EvalSettings()
-    loggers: list[Logger] = field(default_factory=lambda: [{"use": "console"}])
+    loggers: list[Logger] = field(default_factory=lambda: [{"use": "console"}, {"use": "csv"}])
     provenance: dict[str, Any] | None = None
 
     def resolved(self) -> dict[str, Any]:
@@ -137,6 +137,11 @@ def apply_override(data: dict[str, Any], override: str, *, file: str) -> None:
         value = tomllib.loads(f"v = {text.strip()}")["v"]
     except tomllib.TOMLDecodeError:
         value = text.strip()
+    set_value(data, key, value, file=file)
+
+
+def set_value(data: dict[str, Any], key: str, value: Any, *, file: str) -> None:
+    """Set the dotted ``key`` (``algorithm.lr``, ``loggers.0.use``) in ``data``, creating tables on the way."""
     parts = key.split(".")
     node: Any = data
     for depth, part in enumerate(parts[:-1]):

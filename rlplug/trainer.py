@@ -8,9 +8,11 @@ bad recipe leaves nothing behind; once training starts, whatever happens, the lo
 from __future__ import annotations
 
 import json
+import logging
+import os
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,12 @@ from torchrl.envs import EnvBase
 from rlplug.collect import Collector, evaluate
 from rlplug.errors import UserError
 from rlplug.recipe import Recipe
+
+if "RL_LOGGING_LEVEL" not in os.environ:  # TorchRL logs INFO lines (spec checks) to stdout by default
+    logging.getLogger("torchrl").setLevel(logging.WARNING)
+
+#: Bumped when a checkpoint's layout changes.
+CHECKPOINT_FORMAT = 1
 
 
 def seed_everything(seed: int) -> None:
@@ -49,7 +57,7 @@ def check_run_dir(run_dir: Path) -> None:
 
 @dataclass
 class Run:
-    """A recipe built and ready to train into ``run_dir``."""
+    """A recipe built and ready to train into ``run_dir``; :meth:`train` may be called several times."""
 
     recipe: Recipe
     run_dir: Path
@@ -57,6 +65,10 @@ class Run:
     eval_env: EnvBase
     algorithm: Any
     collector: Collector
+    frames: int = 0
+    iterations: int = 0
+    train_seconds: float = 0.0
+    eval_returns: list[float] = field(default_factory=list)
 
     @classmethod
     def build(cls, recipe: Recipe, run_dir: Path) -> "Run":
@@ -74,58 +86,114 @@ class Run:
         collector = Collector(env, algorithm.policy, algorithm.frames_per_batch, seed=settings.seed)
         return cls(recipe, run_dir, env, eval_env, algorithm, collector)
 
-    def train(self) -> dict[str, Any]:
+    def train(self, max_frames: int | None = None, max_episodes: int | None = None, max_iters: int | None = None,
+              eval_every: int | None = None) -> dict[str, Any]:
+        """Train to the recipe's ``total_frames``, or until the first limit given (counted from this call).
+
+        Evaluates every ``eval_every`` frames (default: the recipe's ``eval.every_frames``) and at the end;
+        writes the checkpoint and ``summary.json`` at the end, however the call ends.
+        """
         recipe, settings = self.recipe, self.recipe.run
+        tracker = self.collector.tracker
+        stop_frames = min(settings.total_frames, self.frames + max_frames if max_frames else settings.total_frames)
+        stop_episodes = tracker.episodes + max_episodes if max_episodes else None
+        stop_iters = self.iterations + max_iters if max_iters else None
+        every = recipe.eval.every_frames if eval_every is None else eval_every
+        next_eval = self.frames + every if every else None
+
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "recipe.toml").write_text(tomli_w.dumps(recipe.resolved()))
         loggers = [logger.build(run_dir=self.run_dir, total_frames=settings.total_frames) for logger in recipe.loggers]
-        started = time.perf_counter()
-        frames, next_eval = 0, recipe.eval.every_frames or None
+        started, frames_before = time.perf_counter(), self.frames
         summary: dict[str, Any] = {"status": "failed"}
-        eval_returns: list[float] = []
         try:
-            while frames < settings.total_frames:
+            while self.frames < stop_frames and (stop_episodes is None or tracker.episodes < stop_episodes) \
+                    and (stop_iters is None or self.iterations < stop_iters):
                 batch = self.collector.collect()
-                frames += batch.numel()
+                self.frames += batch.numel()
+                self.iterations += 1
                 metrics = self.algorithm.update(batch)
-                elapsed = time.perf_counter() - started
-                recent = self.collector.tracker.recent_return()
-                metrics = {"fps": frames / elapsed, "episodes": self.collector.tracker.episodes,
-                           **({"episode_return": recent} if recent is not None else {}), **metrics}
-                _log(loggers, metrics, frames)
-                if next_eval is not None and frames >= next_eval and frames < settings.total_frames:
-                    next_eval += recipe.eval.every_frames
-                    eval_returns = self.evaluate(loggers, frames)
-            eval_returns = self.evaluate(loggers, frames)
-            self.save_checkpoint(frames)
-            summary = {"status": "finished"}
+                recent = tracker.recent_return()
+                metrics = {"fps": (self.frames - frames_before) / (time.perf_counter() - started),
+                           "episodes": tracker.episodes, **({"episode_return": recent} if recent is not None else {}),
+                           **metrics}
+                _log(loggers, metrics, self.frames)
+                if next_eval is not None and next_eval <= self.frames < stop_frames:
+                    next_eval += every
+                    self.evaluate(loggers)
+            self.evaluate(loggers)
+            self.save_checkpoint(self.run_dir / "checkpoint.pt")
+            summary = {"status": "finished" if self.frames >= settings.total_frames else "paused"}
         except KeyboardInterrupt:
             summary = {"status": "interrupted"}
             raise
         finally:
-            summary.update(
-                frames=frames, episodes=self.collector.tracker.episodes,
-                eval_return_mean=float(np.mean(eval_returns)) if eval_returns else None,
-                eval_return_std=float(np.std(eval_returns)) if eval_returns else None,
-                train_return_recent=self.collector.tracker.recent_return(),
-                wall_time_s=round(time.perf_counter() - started, 3), seed=settings.seed,
-                run_dir=str(self.run_dir),
-            )
+            self.train_seconds += time.perf_counter() - started
+            summary.update(self.summary())
             (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
             for logger in loggers:
                 logger.close(summary)
         return summary
 
-    def evaluate(self, loggers: list, frames: int) -> list[float]:
-        settings = self.recipe.run
-        returns = evaluate(self.eval_env, self.algorithm.policy, self.recipe.eval.episodes, seed=settings.seed + 10_000)
-        _log(loggers, {"eval_return_mean": float(np.mean(returns)), "eval_return_std": float(np.std(returns))}, frames)
-        return returns
+    def summary(self) -> dict[str, Any]:
+        returns = self.eval_returns
+        return {
+            "frames": self.frames, "episodes": self.collector.tracker.episodes, "iterations": self.iterations,
+            "eval_return_mean": float(np.mean(returns)) if returns else None,
+            "eval_return_std": float(np.std(returns)) if returns else None,
+            "train_return_recent": self.collector.tracker.recent_return(),
+            "wall_time_s": round(self.train_seconds, 3), "seed": self.recipe.run.seed, "run_dir": str(self.run_dir),
+        }
 
-    def save_checkpoint(self, frames: int) -> None:
-        state = {"algorithm": self.algorithm.state_dict(), "frames": frames, "recipe": self.recipe.resolved(),
-                 "saved_at": datetime.now(timezone.utc).isoformat()}
-        torch.save(state, self.run_dir / "checkpoint.pt")
+    def evaluate(self, loggers: list = ()) -> list[float]:
+        """The deterministic policy on the eval env, with the train env's statistics (frozen), if it has any."""
+        statistics = env_statistics(self.env)
+        if statistics:
+            self.eval_env.load_statistics(statistics)
+            self.eval_env.set_training(False)
+        self.eval_returns = evaluate(self.eval_env, self.algorithm.policy, self.recipe.eval.episodes,
+                                     seed=self.recipe.run.seed + 10_000)
+        _log(loggers, {"eval_return_mean": float(np.mean(self.eval_returns)),
+                       "eval_return_std": float(np.std(self.eval_returns))}, self.frames)
+        return self.eval_returns
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a checkpoint holds: plain tensors and numbers, loadable with ``weights_only=True``."""
+        return {"format": CHECKPOINT_FORMAT, "recipe": self.recipe.resolved(), "algorithm": self.algorithm.state_dict(),
+                "env": env_statistics(self.env),
+                "frames": self.frames, "iterations": self.iterations, "episodes": self.collector.tracker.episodes,
+                "saved_at": datetime.now(timezone.utc).isoformat()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.algorithm.load_state_dict(state["algorithm"])
+        if state.get("env"):
+            self.env.load_statistics(state["env"])
+        self.frames, self.iterations = state["frames"], state["iterations"]
+        self.collector.tracker.episodes = state["episodes"]
+
+    def save_checkpoint(self, path: Path) -> None:
+        torch.save(self.state_dict(), path)
+
+
+def env_statistics(env: EnvBase) -> dict[str, Any]:
+    """What an env learns while it runs (running normalisation statistics): saved in checkpoints, copied
+    (frozen) to the eval env. Envs that learn nothing need not define ``statistics()``; rlplug's gym env
+    defines ``statistics()``, ``load_statistics(state)`` and ``set_training(flag)``."""
+    statistics = getattr(env, "statistics", None)
+    return statistics() if callable(statistics) else {}
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """A checkpoint's contents, read without unpickling code (``weights_only=True``)."""
+    try:
+        state = torch.load(path, weights_only=True, map_location="cpu")
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such checkpoint") from None
+    except Exception as error:  # a truncated, tampered or foreign file: never executed, only refused
+        raise UserError(f"{path}: not a readable rlplug checkpoint ({type(error).__name__})") from None
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        raise UserError(f"{path}: not an rlplug checkpoint (format {CHECKPOINT_FORMAT} expected)")
+    return state
 
 
 def build_eval_env(recipe: Recipe) -> EnvBase:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import torch
@@ -10,6 +11,15 @@ import torch
 def linear_decay(start: float, progress: float) -> float:
     """``start`` scaled down linearly to 0 as ``progress`` goes from 0 to 1."""
     return start * max(0.0, 1.0 - progress)
+
+
+def scheduled_lr(lr: float, schedule: str, progress: float) -> float:
+    """The learning rate at ``progress`` (0..1) of the run: constant, linear to 0, or cosine to 0."""
+    if schedule == "linear":
+        return linear_decay(lr, progress)
+    if schedule == "cosine":
+        return lr * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+    return lr
 
 
 def minibatches(data: dict[str, torch.Tensor], size: int) -> Iterator[dict[str, torch.Tensor]]:
@@ -26,10 +36,27 @@ def minibatches(data: dict[str, torch.Tensor], size: int) -> Iterator[dict[str, 
         yield {key: value[indices] for key, value in data.items()}
 
 
-def make_adam(parameters: list[torch.nn.Parameter], lr: float, eps: float = 1e-5) -> torch.optim.Adam:
-    """Adam with its fused kernel: one call updates every parameter (the per-tensor loop costs more
-    than the arithmetic for small networks). ``eps=1e-5`` as in Stable-Baselines3 and CleanRL."""
-    return torch.optim.Adam(parameters, lr=lr, eps=eps, fused=True)
+#: Optimisers by recipe name, with the defaults rlplug uses unless ``optimizer_kwargs`` says otherwise:
+#: ``eps=1e-5`` for Adam as in Stable-Baselines3 and CleanRL, RMSprop as in SB3's A2C; the fused kernels
+#: update every parameter in one call (the per-tensor loop costs more than the arithmetic for small networks).
+OPTIMIZERS = {
+    "adam": (torch.optim.Adam, {"eps": 1e-5, "fused": True}),
+    "adamw": (torch.optim.AdamW, {"eps": 1e-5, "fused": True}),
+    "sgd": (torch.optim.SGD, {"foreach": True}),
+    "rmsprop": (torch.optim.RMSprop, {"alpha": 0.99, "eps": 1e-5, "foreach": True}),
+}
+
+
+def make_optimizer(name: str, parameters: list[torch.nn.Parameter], lr: float,
+                   kwargs: dict | None = None) -> torch.optim.Optimizer:
+    from rlplug.errors import UserError
+
+    optimizer_class, defaults = OPTIMIZERS[name]
+    try:
+        return optimizer_class(parameters, lr=lr, **{**defaults, **(kwargs or {})})
+    except TypeError as error:  # an unknown keyword in optimizer_kwargs
+        raise UserError(f"{name}: {error}; see torch.optim.{optimizer_class.__name__}",
+                        path="algorithm.optimizer_kwargs") from None
 
 
 def optimiser_step(optimiser: torch.optim.Optimizer, loss: torch.Tensor, parameters: list[torch.nn.Parameter],

@@ -1,0 +1,108 @@
+"""The Python API: the objects ``python -m rlplug run`` builds, driven from code.
+
+    agent = rlplug.Agent.from_recipe("recipes/cartpole-ppo.toml", run={"seed": 1}, **{"algorithm.lr": 3e-4})
+    agent.train(max_frames=20_000)
+    action = agent.select_action(observation)          # a numpy observation from a gymnasium env
+    agent.save("cartpole.pt")
+    agent = rlplug.Agent.load("cartpole.pt")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+from torchrl.envs.utils import ExplorationType, set_exploration_type
+
+from rlplug import recipe as recipes
+from rlplug.acting import ActorView
+from rlplug.errors import UserError
+from rlplug.trainer import Run, default_run_dir, load_checkpoint
+
+
+class Agent:
+    """A built recipe: env, algorithm and run directory; train it in as many pieces as you like."""
+
+    def __init__(self, run: Run):
+        self.run = run
+
+    @classmethod
+    def from_recipe(cls, path: str | Path, *, out: str | Path | None = None, **overrides: Any) -> "Agent":
+        """Build from a recipe file. Overrides are dotted keys (``**{"algorithm.lr": 3e-4}``) or tables
+        (``algorithm={"lr": 3e-4}``), validated exactly like the file and like ``--set``."""
+        path = Path(path)
+        data = recipes.read_toml(path)
+        for key, value in flatten(overrides).items():
+            recipes.set_value(data, key, value, file=str(path))
+        recipe = recipes.validate(data, file=str(path))
+        return cls(Run.build(recipe, Path(out) if out else default_run_dir(path)))
+
+    @classmethod
+    def load(cls, path: str | Path, *, out: str | Path | None = None) -> "Agent":
+        """An agent from a checkpoint written by :meth:`save` (or a run's ``checkpoint.pt``)."""
+        state = load_checkpoint(Path(path))
+        recipe = recipes.validate(state["recipe"], file=str(path))
+        run = Run.build(recipe, Path(out) if out else default_run_dir(Path(path)))
+        run.load_state_dict(state)
+        return cls(run)
+
+    def train(self, max_frames: int | None = None, max_episodes: int | None = None, max_iters: int | None = None,
+              eval_every: int | None = None) -> dict[str, Any]:
+        """Train on; stops at the recipe's ``total_frames`` or the first limit given. Returns the summary."""
+        return self.run.train(max_frames=max_frames, max_episodes=max_episodes, max_iters=max_iters,
+                              eval_every=eval_every)
+
+    def evaluate(self) -> list[float]:
+        """Returns of the deterministic policy over the recipe's ``eval.episodes`` episodes."""
+        return self.run.evaluate()
+
+    @torch.no_grad()
+    def act(self, observation: TensorDictBase, deterministic: bool = True) -> TensorDictBase:
+        """The policy on a TensorDict of observations (TorchRL's layout); writes ``action`` into it."""
+        kind = ExplorationType.DETERMINISTIC if deterministic else ExplorationType.RANDOM
+        with set_exploration_type(kind):
+            return self.run.algorithm.policy(observation)
+
+    @torch.no_grad()
+    def select_action(self, observation: np.ndarray, deterministic: bool = True) -> np.ndarray:
+        """An action for a numpy observation, or a batch of them, in gymnasium's format (an index for
+        discrete actions). Observations are taken as the env gives them, before any rlplug normalisation."""
+        view = ActorView.of(self.run.algorithm.policy)
+        tensor = torch.as_tensor(np.asarray(observation), dtype=torch.float32)
+        single = tensor.ndim == 1
+        action, _ = view.act(tensor.unsqueeze(0) if single else tensor, deterministic=deterministic)
+        if view.one_hot:
+            action = action.argmax(-1)  # gymnasium takes the index
+        action = action.cpu().numpy()
+        return action[0] if single else action
+
+    def save(self, path: str | Path) -> Path:
+        """Write a checkpoint that :meth:`load` reads back (plain tensors and numbers, no pickled code)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.run.save_checkpoint(path)
+        return path
+
+    @property
+    def frames(self) -> int:
+        return self.run.frames
+
+
+def flatten(overrides: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"algorithm": {"lr": 1}, "run.seed": 2}`` -> ``{"algorithm.lr": 1, "run.seed": 2}``; a table
+    with ``use`` stays whole, since it replaces a component."""
+    flat: dict[str, Any] = {}
+    for key, value in overrides.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping) and "use" not in value:
+            flat.update(flatten(value, dotted + "."))
+        else:
+            flat[dotted] = value
+    return flat
+
+
+__all__ = ["Agent", "UserError"]

@@ -1,0 +1,142 @@
+"""Algorithm configs: each dataclass's fields are an algorithm's recipe table, its docstring the summary
+``rlplug list`` shows. Kept free of torch so that listing and validating recipes stay quick; the algorithms
+themselves live in :mod:`rlplug.algorithms.onpolicy`, :mod:`~rlplug.algorithms.ppo` and :mod:`~rlplug.algorithms.pg`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import math
+import typing
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from rlplug.components import Estimator, Network
+from rlplug.errors import UserError
+from rlplug.registry.params import Range
+
+Count = Annotated[int, Range(ge=1)]
+Positive = Annotated[float, Range(gt=0.0)]
+NonNegative = Annotated[float, Range(ge=0.0)]
+OPTIMIZERS = Literal["adam", "adamw", "sgd", "rmsprop"]
+SCHEDULES = Literal["constant", "linear", "cosine"]
+
+
+@dataclass(frozen=True)
+class OnPolicyConfig:
+    """Options every on-policy algorithm takes; subclasses change defaults and add their own."""
+
+
+    policy: Network = "mlp"
+    critic: Network = "mlp"
+    advantage: Estimator = "gae"
+    value_target: Estimator = "from_advantage"
+    frames_per_batch: Count = 2048
+    epochs: Count = 10
+    #: frames per minibatch; ``num_minibatches``, when given, decides instead
+    minibatch_size: Count = 64
+    num_minibatches: Count | None = None
+    optimizer: OPTIMIZERS = "adam"
+    optimizer_kwargs: dict[str, Any] | None = None
+    lr: Positive = 3e-4
+    lr_schedule: SCHEDULES = "constant"
+    #: shorthand for ``lr_schedule = "linear"`` (rl-baselines3-zoo's ``lin_`` learning rates)
+    anneal_lr: bool = False
+    max_grad_norm: Positive | None = 0.5
+    entropy_coef: NonNegative = 0.0
+    value_coef: NonNegative = 0.5
+    #: clip the new value prediction to within this distance of the value at collection time
+    value_clip: Positive | None = None
+    normalize_advantages: bool = True
+
+    def schedule(self) -> str:
+        if self.anneal_lr and self.lr_schedule not in ("constant", "linear"):
+            raise UserError(f"anneal_lr = true means lr_schedule = 'linear', but lr_schedule is "
+                            f"'{self.lr_schedule}'; set only one", path="anneal_lr")
+        return "linear" if self.anneal_lr else self.lr_schedule
+
+    def minibatch_length(self) -> int:
+        if self.num_minibatches is not None:
+            return math.ceil(self.frames_per_batch / self.num_minibatches)
+        return self.minibatch_size
+
+
+
+
+@dataclass(frozen=True)
+class PPOConfig(OnPolicyConfig):
+    """Proximal policy optimisation with the clipped surrogate objective."""
+
+    clip_epsilon: Positive = 0.2
+    #: shrink the clip range linearly to 0 over the run (rl-baselines3-zoo's ``lin_`` clip ranges)
+    anneal_clip: bool = False
+
+
+@dataclass(frozen=True)
+class PPOKLConfig(OnPolicyConfig):
+    """PPO with an adaptive KL penalty instead of clipping (beta x2 above 1.5x the target, /2 below target/1.5)."""
+
+    #: the KL divergence (old policy to new) each minibatch should stay near
+    kl_target: Positive = 0.01
+    #: the penalty's starting coefficient (beta)
+    kl_penalty: Positive = 1.0
+
+
+@dataclass(frozen=True)
+class VPGConfig(OnPolicyConfig):
+    """REINFORCE: the score-function policy gradient, with a learned baseline unless baseline = false."""
+
+    #: learn a critic and subtract its value from the return (false: plain REINFORCE)
+    baseline: bool = True
+    advantage: Estimator = "mc"
+    value_target: Estimator | None = None
+    epochs: Count = 1
+    num_minibatches: Count | None = 1
+    lr: Positive = 1e-3
+
+
+@dataclass(frozen=True)
+class A2CConfig(OnPolicyConfig):
+    """Advantage actor-critic: one RMSprop policy-gradient step per short rollout (SB3's A2C defaults)."""
+
+    frames_per_batch: Count = 40
+    epochs: Count = 1
+    num_minibatches: Count | None = 1
+    optimizer: OPTIMIZERS = "rmsprop"
+    lr: Positive = 7e-4
+    normalize_advantages: bool = False
+
+
+@dataclass(frozen=True)
+class SurrogateConfig(OnPolicyConfig):
+    """The unclipped importance-ratio surrogate objective (PPO without the clip), over several epochs."""
+
+
+CONTEXT = ("observation_spec", "action_spec", "device", "total_frames")
+
+
+def factory_for(config_class: type, algorithm: str):
+    """A registrable factory whose signature is the config's fields (the recipe table) plus the context.
+
+    The config dataclass is the one place an algorithm's options are declared; this turns it into the
+    function signature the registry reads. ``algorithm`` ("module:Class") is imported only when built, so
+    listing and validating never import torch.
+    """
+    hints = typing.get_type_hints(config_class, include_extras=True)
+    parameters = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY) for name in CONTEXT]
+    for field in dataclasses.fields(config_class):
+        default = field.default if field.default is not dataclasses.MISSING else inspect.Parameter.empty
+        parameters.append(inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                            annotation=hints[field.name]))
+
+    def factory(**values: Any):
+        context = {name: values.pop(name) for name in CONTEXT}
+        module, _, name = algorithm.partition(":")
+        return getattr(importlib.import_module(module), name)(config_class(**values), **context)
+
+    factory.__signature__ = inspect.Signature(parameters)
+    factory.__doc__ = config_class.__doc__
+    factory.__name__ = f"make_{config_class.__name__.removesuffix('Config').lower()}"
+    return factory

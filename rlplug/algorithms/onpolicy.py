@@ -1,0 +1,180 @@
+"""What every collect-then-learn policy-gradient algorithm shares, written once.
+
+An algorithm here is a config dataclass (:mod:`rlplug.algorithms.config`: its fields are its recipe table)
+and a subclass of :class:`OnPolicy` that says only what differs, mostly :meth:`OnPolicy.policy_loss`.
+One update, top to bottom:
+
+1. the critic values every step and its successor; the estimators write ``advantage`` and ``value_target``;
+2. ``epochs`` passes over shuffled minibatches: policy loss + ``value_coef`` x value regression (optionally
+   clipped around the values at collection time) - ``entropy_coef`` x entropy, one optimiser step each with
+   the global gradient norm clipped;
+3. the learning rate follows its schedule over the run's frame budget.
+
+Everything runs on tensors: the policy and critic stay TorchRL modules, read through :mod:`rlplug.acting`
+(going through TensorDicts per minibatch costs more than the arithmetic for small networks; BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+
+from rlplug.acting import ActorView, value_function
+from rlplug.algorithms.config import OnPolicyConfig
+from rlplug.errors import UserError
+from rlplug.training import MetricMean, make_optimizer, minibatches, optimiser_step, scheduled_lr, set_learning_rate
+
+class OnPolicy:
+    """The shared update; subclasses replace :meth:`policy_loss` and may adapt after each minibatch."""
+
+    uses_critic = True
+
+    def __init__(self, config: OnPolicyConfig, *, observation_spec, action_spec, device: str, total_frames: int):
+        self.config, self.total_frames = config, total_frames
+        self.frames_per_batch = config.frames_per_batch
+        self.schedule, self.minibatch_size = config.schedule(), config.minibatch_length()
+        specs = {"observation_spec": observation_spec, "action_spec": action_spec, "device": device}
+        self.policy: TensorDictModuleBase = config.policy.build(role="policy", **specs)
+        self.actor = ActorView.of(self.policy)
+        self.critic = config.critic.build(role="value", **specs) if self.uses_critic else None
+        self.value = value_function(self.critic, self.actor.observation_key) if self.critic else None
+        self.estimators = [e.build() for e in (config.advantage, config.value_target) if e is not None]
+        modules = [self.policy, *([self.critic] if self.critic else [])]
+        self.parameters = list({id(p): p for m in modules for p in m.parameters()}.values())
+        self.optimiser = make_optimizer(config.optimizer, self.parameters, config.lr, config.optimizer_kwargs)
+        self.frames = 0
+
+    # -- 1. estimates ---------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def estimate(self, batch: TensorDictBase) -> TensorDictBase:
+        """Critic values for each step and its successor (one call), then the estimators in order."""
+        if self.value is not None:
+            key = self.actor.observation_key
+            observations = batch.get(key)
+            values = self.value(torch.cat([observations, batch.get(("next", key))]))
+            batch.set("state_value", values[: len(observations)])
+            batch.set(("next", "state_value"), values[len(observations):])
+        for estimator in self.estimators:
+            estimator(batch)
+        needed = ["advantage"] + (["value_target"] if self.critic else [])
+        missing = [k for k in needed if k not in batch.keys()]
+        if missing:
+            raise UserError(f"no estimator wrote {' and '.join(missing)}; choose algorithm.advantage and "
+                            f"algorithm.value_target estimators that do", path="algorithm")
+        return batch
+
+    # -- 2. learning ----------------------------------------------------------------------------------
+
+    def update(self, batch: TensorDictBase) -> dict[str, float]:
+        config = self.config
+        self.frames += batch.numel()
+        lr = scheduled_lr(config.lr, self.schedule, self.frames / self.total_frames)
+        set_learning_rate(self.optimiser, lr)
+        self.before_update(self.frames / self.total_frames)
+
+        flat = self.estimate(batch).reshape(-1)
+        data = {
+            "observation": flat.get(self.actor.observation_key), "action": flat.get(self.actor.action_key),
+            "old_log_prob": flat.get(self.actor.log_prob_key), "advantage": flat.get("advantage").reshape(-1),
+        }
+        if self.critic:
+            data.update(value_target=flat.get("value_target"), old_value=flat.get("state_value"))
+        # Advantages are normalised per minibatch; a minibatch that is the whole batch is the same every epoch.
+        normalize_each = config.normalize_advantages and self.minibatch_size < len(flat)
+        if config.normalize_advantages and not normalize_each:
+            data["advantage"] = normalized(data["advantage"])
+
+        metrics = MetricMean()
+        for epoch in range(config.epochs):
+            for minibatch in minibatches(data, self.minibatch_size):
+                losses = self.loss(minibatch, normalize_each, diagnostics=epoch == config.epochs - 1)
+                grad_norm = optimiser_step(self.optimiser, losses.pop("loss"), self.parameters, config.max_grad_norm)
+                self.after_minibatch(losses)
+                if "loss_policy" in losses:
+                    metrics.add(grad_norm=grad_norm, **losses)
+        result = {**metrics.means(), "lr": lr, **self.extra_metrics()}
+        if self.critic:
+            result["explained_variance"] = explained_variance(data["old_value"], data["value_target"])
+        return result
+
+    def loss(self, data: dict[str, torch.Tensor], normalize_advantages: bool,
+             diagnostics: bool = False) -> dict[str, torch.Tensor]:
+        """The objective on one minibatch; ``diagnostics`` adds the parts, entropy, KL and clip fraction."""
+        config = self.config
+        log_prob, entropy = self.actor.evaluate(data["observation"], data["action"], with_entropy=config.entropy_coef > 0
+                                                or diagnostics)
+        log_ratio = log_prob - data["old_log_prob"]
+        advantage = normalized(data["advantage"]) if normalize_advantages else data["advantage"]
+        policy_loss, extras = self.policy_loss(log_prob, log_ratio, advantage)
+        loss = policy_loss
+        if self.critic:
+            value_loss = self.value_loss(data)
+            loss = loss + config.value_coef * value_loss
+        if config.entropy_coef:
+            loss = loss - config.entropy_coef * entropy.mean()
+        result = {"loss": loss, **extras}
+        if diagnostics:
+            with torch.no_grad():
+                ratio = log_ratio.exp()
+                result.update(loss_policy=policy_loss, entropy=entropy.mean(), kl=((ratio - 1) - log_ratio).mean())
+                if self.critic:
+                    result["loss_value"] = value_loss
+        return result
+
+    def value_loss(self, data: dict[str, torch.Tensor]) -> torch.Tensor:
+        value, target = self.value(data["observation"]), data["value_target"]
+        loss = (value - target).pow(2)
+        clip = self.config.value_clip
+        if clip is not None:
+            old = data["old_value"]
+            clipped = old + (value - old).clamp(-clip, clip)
+            loss = torch.max(loss, (clipped - target).pow(2))
+        return loss.mean()
+
+    # -- what algorithms define -----------------------------------------------------------------------
+
+    def policy_loss(self, log_prob: torch.Tensor, log_ratio: torch.Tensor,
+                    advantage: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The policy's part of the loss, and any extra metrics (tensors) to report.
+
+        By default the score-function (REINFORCE) gradient, ``-E[log pi(a|s) * A]``: VPG and A2C use it
+        as it is; the surrogate objectives replace it.
+        """
+        return -(log_prob * advantage).mean(), {}
+
+    def before_update(self, progress: float) -> None:
+        """Called with the run's progress (0..1) before each update: for schedules of the algorithm's own."""
+
+    def after_minibatch(self, losses: dict[str, torch.Tensor]) -> None:
+        """Called after each optimiser step with the minibatch's losses: for adaptive coefficients."""
+
+    def extra_metrics(self) -> dict[str, float]:
+        return {}
+
+    # -- checkpoints ----------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        state = {"policy": self.policy.state_dict(), "optimiser": self.optimiser.state_dict(), "frames": self.frames}
+        if self.critic:
+            state["critic"] = self.critic.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        self.policy.load_state_dict(state["policy"])
+        if self.critic:
+            self.critic.load_state_dict(state["critic"])
+        self.optimiser.load_state_dict(state["optimiser"])
+        self.frames = state["frames"]
+
+
+def normalized(advantage: torch.Tensor) -> torch.Tensor:
+    return (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+
+
+@torch.no_grad()
+def explained_variance(prediction: torch.Tensor, target: torch.Tensor) -> float:
+    """1 - Var(target - prediction) / Var(target): 1 is a perfect critic, 0 no better than a constant."""
+    variance = target.var()
+    return float("nan") if variance == 0 else (1 - (target - prediction).var() / variance).item()

@@ -1,0 +1,101 @@
+"""The on-policy family: every algorithm trains through the same update and reports its metrics;
+schedules, optimisers, value clipping and the adaptive KL penalty do what they say."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import rlplug
+from conftest import CANONICAL
+from rlplug.training import make_optimizer, scheduled_lr
+
+COMMON = {"run": {"total_frames": 512}, "eval": {"episodes": 2}}
+METRICS = {"fps", "episodes", "loss_policy", "entropy", "kl", "grad_norm", "lr"}
+
+
+def agent_for(tmp_path, algorithm: dict, **overrides):
+    table = {"use": algorithm.pop("use"), "frames_per_batch": 128, **algorithm}
+    return rlplug.Agent.from_recipe(CANONICAL, out=tmp_path / "run", **COMMON, algorithm=table, **overrides)
+
+
+def last_metrics(agent) -> dict:
+    import csv
+
+    with (agent.run.run_dir / "metrics.csv").open() as f:
+        rows = [r for r in csv.DictReader(f) if r["loss_policy"]]
+    return {k: float(v) for k, v in rows[-1].items() if v}
+
+
+@pytest.mark.parametrize("algorithm, extra", [
+    ({"use": "ppo"}, {"clip_fraction", "clip_epsilon", "loss_value", "explained_variance"}),
+    ({"use": "ppo-kl"}, {"kl_beta", "loss_value", "explained_variance"}),
+    ({"use": "a2c"}, {"loss_value", "explained_variance"}),
+    ({"use": "surrogate", "value_clip": 0.2}, {"loss_value", "explained_variance"}),
+    ({"use": "vpg"}, {"loss_value"}),
+    ({"use": "vpg", "baseline": False, "advantage": {"use": "mc", "bootstrap": False}}, set()),
+])
+def test_every_algorithm_trains_and_reports(tmp_path, algorithm, extra):
+    agent = agent_for(tmp_path, dict(algorithm), loggers=[{"use": "csv"}])
+    before = [p.detach().clone() for p in agent.run.algorithm.policy.parameters()]
+    summary = agent.train()
+    assert summary["status"] == "finished" and summary["frames"] == 512
+    metrics = last_metrics(agent)
+    assert METRICS | extra <= set(metrics), METRICS | extra - set(metrics)
+    assert all(math.isfinite(v) for v in metrics.values())
+    after = list(agent.run.algorithm.policy.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(before, after)), "the policy learned something"
+    assert (agent.run.algorithm.critic is None) == (algorithm.get("baseline") is False)
+
+
+@given(st.floats(1e-6, 1.0), st.floats(0.0, 1.0), st.floats(0.0, 1.0))
+def test_schedules_start_at_lr_end_at_zero_and_never_rise(lr, p, q):
+    early, late = sorted((p, q))
+    assert scheduled_lr(lr, "constant", late) == lr
+    for schedule in ("linear", "cosine"):
+        assert scheduled_lr(lr, schedule, 0.0) == pytest.approx(lr)
+        assert scheduled_lr(lr, schedule, 1.0) == pytest.approx(0.0, abs=1e-12)
+        assert scheduled_lr(lr, schedule, late) <= scheduled_lr(lr, schedule, early) + 1e-15
+
+
+@pytest.mark.parametrize("name", ["adam", "adamw", "sgd", "rmsprop"])
+def test_optimizers_by_name_take_their_kwargs(name):
+    parameter = torch.nn.Parameter(torch.ones(3))
+    optimizer = make_optimizer(name, [parameter], 0.1, {"weight_decay": 0.5})
+    assert optimizer.param_groups[0]["weight_decay"] == 0.5
+    with pytest.raises(rlplug.UserError, match="optimizer_kwargs"):
+        make_optimizer(name, [parameter], 0.1, {"not_a_kwarg": 1})
+
+
+def test_value_clipping_never_lowers_the_value_loss(tmp_path):
+    agent = agent_for(tmp_path, {"use": "ppo", "value_clip": 0.1})
+    algorithm = agent.run.algorithm
+    observation = torch.randn(32, 4)
+    with torch.no_grad():
+        value = algorithm.value(observation)
+    data = {"observation": observation, "value_target": value + 5.0, "old_value": value - 1.0}
+    clipped = algorithm.value_loss(data)
+    unclipped = (value - data["value_target"]).pow(2).mean()
+    assert clipped >= unclipped - 1e-6
+
+
+def test_kl_penalty_adapts_around_its_target(tmp_path):
+    agent = agent_for(tmp_path, {"use": "ppo-kl", "kl_target": 0.01, "kl_penalty": 1.0})
+    algorithm = agent.run.algorithm
+    algorithm.after_minibatch({"kl_penalized": torch.tensor(0.02)})  # above 1.5x target: doubles
+    assert algorithm.beta == 2.0
+    algorithm.after_minibatch({"kl_penalized": torch.tensor(0.01)})  # within the band: unchanged
+    assert algorithm.beta == 2.0
+    algorithm.after_minibatch({"kl_penalized": torch.tensor(0.001)})  # below target/1.5: halves
+    assert algorithm.beta == 1.0
+
+
+def test_conflicting_options_are_user_errors(tmp_path):
+    with pytest.raises(rlplug.UserError, match="anneal_lr"):
+        agent_for(tmp_path, {"use": "ppo", "anneal_lr": True, "lr_schedule": "cosine"})
+    with pytest.raises(rlplug.UserError, match="unknown key 'kl_target' in algorithm 'ppo'"):
+        agent_for(tmp_path, {"use": "ppo", "kl_target": 0.01})
