@@ -1,21 +1,46 @@
-"""Heads that turn a plain torch module into the TensorDict module a role needs.
+"""Heads that turn a plain torch module into the TensorDict module a role needs, and the layer builder.
 
 A network plugin builds the trunk (any ``nn.Module`` from observation features to :func:`output_size`
 features) and calls :func:`wrap`; the head then matches the env's action spec: a categorical
-distribution for discrete actions, a Gaussian (tanh-squashed into the bounds) for continuous ones.
+distribution for discrete actions, a Gaussian for continuous ones. Or, simpler, it builds only the hidden
+layers (by hand or from layer tables with :func:`build_layers`) and calls :func:`with_head`, which adds the
+output layer, the initialisation and the head, as the built-in ``mlp`` and ``sequential`` do.
+
+The continuous head has options every built-in network shares (defaults as in ``mlp`` and ``sequential``):
+
+- ``log_std``: ``"parameter"``, a learnable log-std vector the same for every state (initialised to
+  ``log_std_init``; the Stable-Baselines3 / CleanRL default for PPO), or ``"state"``, the network outputs a
+  mean and a scale per action dimension.
+- ``squash``: ``"tanh"``, a ``TanhNormal`` squashed into one env's action bounds, or ``"none"``, a plain
+  (independent) Normal whose samples may leave the bounds: the env must clip them.
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Literal
 
 import torch
 from tensordict.nn import NormalParamExtractor, TensorDictModule
 from torch import nn
 from torch.distributions import Categorical
 from torchrl.data import Composite, OneHot, TensorSpec
-from torchrl.modules import OneHotCategorical, ProbabilisticActor, TanhNormal, ValueOperator
+from torchrl.modules import IndependentNormal, OneHotCategorical, ProbabilisticActor, TanhNormal, ValueOperator
 
+from rlplug.errors import ParameterError, UserError
+from rlplug.registry.params import Range, convert
+from rlplug.suggest import did_you_mean
 
 ROLES = ("policy", "value")
+
+LogStd = Literal["state", "parameter"]
+Squash = Literal["tanh", "none"]
+Init = Literal["orthogonal", "default"]
+#: Output-layer gains of the orthogonal initialisation (the CleanRL / Stable-Baselines3 convention).
+HEAD_GAIN = {"policy": 0.01, "value": 1.0}
+#: Hidden-layer gain of the orthogonal initialisation.
+HIDDEN_GAIN = math.sqrt(2)
 
 
 def observation_key(observation_spec: Composite) -> str:
@@ -28,9 +53,14 @@ def observation_key(observation_spec: Composite) -> str:
     raise ValueError(f"the env has several observations {keys}; rlplug's networks read one named 'observation'")
 
 
-def input_size(observation_spec: Composite) -> int:
+def observation_shape(observation_spec: Composite) -> tuple[int, ...]:
+    """One observation's shape, without the env batch dims."""
     spec = observation_spec[observation_key(observation_spec)]
-    return int(torch.Size(spec.shape[observation_spec.ndim:]).numel())
+    return tuple(int(n) for n in spec.shape[observation_spec.ndim:])
+
+
+def input_size(observation_spec: Composite) -> int:
+    return math.prod(observation_shape(observation_spec))
 
 
 def is_discrete(action_spec: TensorSpec) -> bool:
@@ -44,17 +74,36 @@ def action_size(action_spec: TensorSpec) -> int:
     return int(action_spec.shape[-1])
 
 
-def output_size(role: str, action_spec: TensorSpec) -> int:
+def output_size(role: str, action_spec: TensorSpec, log_std: LogStd = "state") -> int:
+    """The trunk's output features: logits, a mean (and a scale unless ``log_std="parameter"``), or a value."""
     if role == "policy":
         size = action_size(action_spec)
-        return size if is_discrete(action_spec) else 2 * size  # mean and scale per dimension
+        return size if is_discrete(action_spec) or log_std == "parameter" else 2 * size
     if role == "value":
         return 1
     raise ValueError(f"unknown network role '{role}' (roles: {', '.join(ROLES)})")
 
 
-def wrap(trunk: nn.Module, *, role: str, observation_spec: Composite, action_spec: TensorSpec) -> TensorDictModule:
-    """The TensorDict module for ``role`` around ``trunk``."""
+class StateIndependentScale(nn.Module):
+    """``observation -> (loc, scale)``: the trunk gives the mean, a learnable log-std vector the scale.
+
+    The scale is the same for every observation: ``exp(log_std)`` broadcast to the mean's shape.
+    """
+
+    def __init__(self, trunk: nn.Module, size: int, log_std_init: float = 0.0):
+        super().__init__()
+        self.trunk = trunk
+        self.log_std = nn.Parameter(torch.full((size,), float(log_std_init)))
+
+    def forward(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        loc = self.trunk(observation)
+        return loc, self.log_std.exp().expand_as(loc)
+
+
+def wrap(trunk: nn.Module, *, role: str, observation_spec: Composite, action_spec: TensorSpec,
+         log_std: LogStd = "state", log_std_init: float = 0.0, squash: Squash = "tanh") -> TensorDictModule:
+    """The TensorDict module for ``role`` around ``trunk`` (which outputs ``output_size(role, action_spec,
+    log_std)`` features). ``log_std``, ``log_std_init`` and ``squash`` shape continuous policies only."""
     obs = observation_key(observation_spec)
     if role == "value":
         return ValueOperator(trunk, in_keys=[obs])
@@ -63,10 +112,156 @@ def wrap(trunk: nn.Module, *, role: str, observation_spec: Composite, action_spe
         distribution = OneHotCategorical if isinstance(action_spec, OneHot) else Categorical
         return ProbabilisticActor(logits, in_keys=["logits"], distribution_class=distribution,
                                   spec=action_spec, return_log_prob=True)
-    params = TensorDictModule(nn.Sequential(trunk, NormalParamExtractor()), in_keys=[obs], out_keys=["loc", "scale"])
+    if log_std == "parameter":
+        module = StateIndependentScale(trunk, action_size(action_spec), log_std_init)
+    elif log_std == "state":
+        module = nn.Sequential(trunk, NormalParamExtractor())
+    else:
+        raise ValueError(f"unknown log_std '{log_std}' (options: 'state', 'parameter')")
+    params = TensorDictModule(module, in_keys=[obs], out_keys=["loc", "scale"])
+    if squash == "none":  # log_prob sums over the action dimensions, as TanhNormal's does
+        return ProbabilisticActor(params, in_keys=["loc", "scale"], distribution_class=IndependentNormal,
+                                  spec=action_spec, return_log_prob=True)
+    if squash != "tanh":
+        raise ValueError(f"unknown squash '{squash}' (options: 'tanh', 'none')")
     bounds = {}
     if hasattr(action_spec.space, "low"):  # one env's bounds: the spec carries the env batch dims in front
         first_env = (0,) * observation_spec.ndim
         bounds = {"low": action_spec.space.low[first_env], "high": action_spec.space.high[first_env]}
     return ProbabilisticActor(params, in_keys=["loc", "scale"], distribution_class=TanhNormal,
                               distribution_kwargs=bounds, spec=action_spec, return_log_prob=True)
+
+
+def linear(fan_in: int, fan_out: int, *, init: Init = "orthogonal", gain: float = HIDDEN_GAIN,
+           **options: Any) -> nn.Linear:
+    """A linear layer, orthogonally initialised with ``gain`` (zero bias) unless ``init="default"``."""
+    layer = nn.Linear(fan_in, fan_out, **options)
+    if init == "orthogonal":
+        nn.init.orthogonal_(layer.weight, gain)
+        if layer.bias is not None:
+            nn.init.zeros_(layer.bias)
+    return layer
+
+
+def with_head(body: Sequence[nn.Module], features: int, *, role: str, observation_spec: Composite,
+              action_spec: TensorSpec, init: Init = "orthogonal", log_std: LogStd = "parameter",
+              log_std_init: float = 0.0, squash: Squash = "tanh", device: str = "cpu") -> TensorDictModule:
+    """The network for ``role``: the ``body`` layers (ending in ``features`` features per observation), a
+    linear output layer sized by :func:`output_size` (orthogonal gain ``HEAD_GAIN[role]``), the head
+    :func:`wrap` puts on it, all on ``device``."""
+    head = linear(features, output_size(role, action_spec, log_std), init=init, gain=HEAD_GAIN[role])
+    trunk = nn.Sequential(*body, head)
+    network = wrap(trunk, role=role, observation_spec=observation_spec, action_spec=action_spec,
+                   log_std=log_std, log_std_init=log_std_init, squash=squash)
+    return network.to(torch.device(device))
+
+
+# Layers from recipe tables (the ``sequential`` network) -------------------------------------------------
+
+#: The torch.nn layers a recipe may name, and nothing else: recipe text is only ever a key of this table.
+LAYERS: dict[str, type[nn.Module]] = {
+    "Linear": nn.Linear, "ReLU": nn.ReLU, "Tanh": nn.Tanh, "ELU": nn.ELU, "GELU": nn.GELU, "SiLU": nn.SiLU,
+    "LeakyReLU": nn.LeakyReLU, "Sigmoid": nn.Sigmoid, "LayerNorm": nn.LayerNorm, "Dropout": nn.Dropout,
+    "Flatten": nn.Flatten, "Identity": nn.Identity,
+}
+#: Each layer's options a recipe may set, passed to its constructor, with their types (checked like any
+#: parameter). Sizes are not among them: they follow from the observation and the previous layer.
+LAYER_OPTIONS: dict[str, dict[str, Any]] = {
+    "Linear": {"out": Annotated[int, Range(ge=1)], "bias": bool},
+    "ReLU": {}, "Tanh": {}, "SiLU": {}, "Sigmoid": {}, "Flatten": {}, "Identity": {},
+    "ELU": {"alpha": float},
+    "GELU": {"approximate": Literal["none", "tanh"]},
+    "LeakyReLU": {"negative_slope": float},
+    "LayerNorm": {"eps": Annotated[float, Range(gt=0)], "elementwise_affine": bool, "bias": bool},
+    "Dropout": {"p": Annotated[float, Range(ge=0, le=1)]},
+}
+REQUIRED_OPTIONS = {"Linear": ("out",)}
+#: Constructor arguments a recipe might try that rlplug fills in, and what to write instead.
+INFERRED = {
+    "in_features": "inferred from the observation or the previous layer; remove it",
+    "out_features": "written 'out' here, e.g. {type = \"Linear\", out = 64}",
+    "normalized_shape": "inferred from the previous layer; remove it",
+    "start_dim": "Flatten flattens one observation's dims, whatever the batch dims; remove it",
+    "end_dim": "Flatten flattens one observation's dims, whatever the batch dims; remove it",
+    "device": "the run's device (run.device); remove it",
+    "dtype": "float32; remove it",
+}
+
+
+def layer_options(index: int, table: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A layer table's type and checked, converted options; :class:`UserError` naming the layer otherwise."""
+    where = f"layer {index}"
+    kind = table.get("type")
+    if kind is None:
+        raise UserError(f"{where}: needs a 'type' naming the layer (one of: {', '.join(LAYERS)})")
+    if not isinstance(kind, str) or kind not in LAYERS:
+        hint = did_you_mean(kind, LAYERS) if isinstance(kind, str) else ""
+        raise UserError(f"{where}: unknown layer type {kind!r}{hint}; types: {', '.join(LAYERS)}")
+    allowed = LAYER_OPTIONS[kind]
+    options = {}
+    for key, value in table.items():
+        if key == "type":
+            continue
+        if key in INFERRED and key not in allowed:
+            raise UserError(f"{where} ({kind}): '{key}' is {INFERRED[key]}")
+        if key not in allowed:
+            known = ", ".join(allowed) or "none"
+            raise UserError(f"{where} ({kind}): unknown option '{key}'{did_you_mean(key, allowed)}; options: {known}")
+        try:
+            options[key] = convert(value, allowed[key], path=key)  # the same checks as any recipe value
+        except ParameterError as error:
+            raise UserError(f"{where} ({kind}): {error}") from None
+    for key in REQUIRED_OPTIONS.get(kind, ()):
+        if key not in options:
+            raise UserError(f"{where} ({kind}): needs '{key}', its number of output features, "
+                            f"e.g. {{type = \"{kind}\", {key} = 64}}")
+    return kind, options
+
+
+def layers_problem(tables: Sequence[Mapping[str, Any]]) -> str | None:
+    """What is wrong with a list of layer tables, or None (a :class:`rlplug.Check` for recipes)."""
+    for index, table in enumerate(tables):
+        try:
+            layer_options(index, table)
+        except UserError as error:
+            return error.message
+    return None
+
+
+def build_layers(tables: Sequence[Mapping[str, Any]], shape: Sequence[int], *,
+                 init: Init = "orthogonal") -> tuple[list[nn.Module], tuple[int, ...]]:
+    """The torch layers the tables describe for inputs of one-observation ``shape``, and their output shape.
+
+    Each Linear reads the last dim (``in_features`` inferred) and is initialised like :func:`linear`;
+    LayerNorm normalises the last dim; Flatten flattens one observation's dims, whatever the batch dims.
+    """
+    shape = tuple(int(n) for n in shape)
+    layers: list[nn.Module] = []
+    for index, table in enumerate(tables):
+        kind, options = layer_options(index, table)
+        if kind == "Linear":
+            out = options.pop("out")
+            layers.append(linear(_last(shape, index, kind), out, init=init, **options))
+            shape = (*shape[:-1], out)
+        elif kind == "LayerNorm":
+            layers.append(nn.LayerNorm(_last(shape, index, kind), **options))
+        elif kind == "Flatten":
+            layers.append(nn.Flatten(-len(shape), -1) if len(shape) > 1 else nn.Identity())
+            shape = (math.prod(shape),) if shape else (_last(shape, index, kind),)
+        else:
+            layers.append(LAYERS[kind](**options))
+    return layers, shape
+
+
+def _last(shape: tuple[int, ...], index: int, kind: str) -> int:
+    if not shape:
+        raise UserError(f"layer {index} ({kind}): the observation is a scalar; there is no feature dim to read")
+    return shape[-1]
+
+
+def features(shape: Sequence[int]) -> int:
+    """The feature count of a layer stack's output shape, which must be one dim for the output layer."""
+    if len(shape) == 1:
+        return int(shape[0])
+    raise UserError(f"the layers end with features of shape {tuple(shape)}, not one dim; add {{type = \"Flatten\"}} "
+                    f"before the output layer")

@@ -1,15 +1,31 @@
-"""Multi-layer perceptrons for policies and critics, sized from the env's specs."""
+"""Policy and value networks sized from the env's specs: an MLP, and any stack of torch.nn layers.
+
+Both share one output-layer-and-head path (:func:`rlplug.networks.with_head`) and the continuous-head
+options ``log_std``, ``log_std_init`` and ``squash`` (see :mod:`rlplug.networks`).
+"""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import rlplug
-from rlplug.registry.params import Range
+from rlplug.registry.params import Check, Range
+
+#: The options every built-in network shares (their meaning: rlplug.networks). Kept here, not imported from
+#: rlplug.networks, so that loading the plugins does not load torch.
+Init = Literal["orthogonal", "default"]
+LogStd = Literal["state", "parameter"]
+Squash = Literal["tanh", "none"]
 
 ACTIVATIONS = {"tanh": "Tanh", "relu": "ReLU", "elu": "ELU", "gelu": "GELU", "silu": "SiLU"}
-#: Output-layer gains of the orthogonal initialisation (the CleanRL / Stable-Baselines3 convention).
-HEAD_GAIN = {"policy": 0.01, "value": 1.0}
+#: The hidden layers of ``sequential`` when a recipe gives none: the same network as ``mlp``'s default.
+DEFAULT_LAYERS = ({"type": "Linear", "out": 64}, {"type": "Tanh"}, {"type": "Linear", "out": 64}, {"type": "Tanh"})
+
+
+def layers_problem(tables: list[dict[str, Any]]) -> str | None:
+    from rlplug.networks import layers_problem as problem  # late: torch loads only when a recipe is checked
+
+    return problem(tables)
 
 
 def make_mlp(
@@ -18,32 +34,45 @@ def make_mlp(
     role: str,
     hidden: list[Annotated[int, Range(ge=1)]] = (64, 64),
     activation: Literal["tanh", "relu", "elu", "gelu", "silu"] = "tanh",
-    init: Literal["orthogonal", "default"] = "orthogonal",
+    init: Init = "orthogonal",
+    log_std: LogStd = "parameter",
+    log_std_init: float = 0.0,
+    squash: Squash = "tanh",
     device: str = "cpu",
 ):
     """An MLP trunk with the head its role needs (categorical or Gaussian policy, value)."""
-    import math
+    layers = [table for size in hidden
+              for table in ({"type": "Linear", "out": size}, {"type": ACTIVATIONS[activation]})]
+    return _network(layers, observation_spec, action_spec, role, init=init, log_std=log_std,
+                    log_std_init=log_std_init, squash=squash, device=device)
 
-    import torch
-    from torch import nn
 
-    from rlplug.networks import input_size, output_size, wrap
+def make_sequential(
+    observation_spec,
+    action_spec,
+    role: str,
+    layers: Annotated[list[dict[str, Any]], Check(layers_problem)] = DEFAULT_LAYERS,
+    init: Init = "orthogonal",
+    log_std: LogStd = "parameter",
+    log_std_init: float = 0.0,
+    squash: Squash = "tanh",
+    device: str = "cpu",
+):
+    """Any stack of torch.nn layers from the recipe (sizes inferred), then the head its role needs."""
+    return _network(layers, observation_spec, action_spec, role, init=init, log_std=log_std,
+                    log_std_init=log_std_init, squash=squash, device=device)
 
-    sizes = [input_size(observation_spec), *hidden, output_size(role, action_spec)]
-    layers: list[nn.Module] = []
-    for index, (fan_in, fan_out) in enumerate(zip(sizes, sizes[1:])):
-        linear = nn.Linear(fan_in, fan_out)
-        last = index == len(sizes) - 2
-        if init == "orthogonal":
-            nn.init.orthogonal_(linear.weight, HEAD_GAIN[role] if last else math.sqrt(2))
-            nn.init.zeros_(linear.bias)
-        layers.append(linear)
-        if not last:
-            layers.append(getattr(nn, ACTIVATIONS[activation])())
-    trunk = nn.Sequential(*layers).to(torch.device(device))
-    return wrap(trunk, role=role, observation_spec=observation_spec, action_spec=action_spec)
+
+def _network(layers, observation_spec, action_spec, role, *, init, log_std, log_std_init, squash, device):
+    """Hidden layers from tables, sized from the observation; the output layer and head for ``role``."""
+    from rlplug.networks import build_layers, features, observation_shape, with_head
+
+    body, shape = build_layers(layers, observation_shape(observation_spec), init=init)
+    return with_head(body, features(shape), role=role, observation_spec=observation_spec, action_spec=action_spec,
+                     init=init, log_std=log_std, log_std_init=log_std_init, squash=squash, device=device)
 
 
 @rlplug.hookimpl
 def rlplug_register_networks(register):
     register("mlp", make_mlp)
+    register("sequential", make_sequential)
