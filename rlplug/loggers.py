@@ -65,12 +65,16 @@ class CSVLogger:
     """One row per log call, flushed at once so a crash loses nothing already logged.
 
     Columns are every metric seen so far; when a new one appears (rare: the first evaluation, say), the file
-    is read back and rewritten with the wider header, so nothing is held in memory between calls.
+    is read back and rewritten with the wider header, so nothing is held in memory between calls. A file
+    already there (the same run, trained on) is continued, not replaced.
     """
 
     def __init__(self, path: Path):
         self.path = Path(path)
         self.columns: list[str] = ["frames"]
+        if self.path.exists():
+            with self.path.open(newline="") as existing:
+                self.columns = next(csv.reader(existing), None) or self.columns
         self.file = None
 
     def log(self, metrics: dict[str, float], frames: int) -> None:
@@ -86,6 +90,7 @@ class CSVLogger:
         rows = []
         if self.file is not None:
             self.file.close()
+        if self.path.exists():
             with self.path.open(newline="") as old:
                 rows = list(csv.DictReader(old))
         self.file = self.path.open("w", newline="")

@@ -28,3 +28,16 @@ def test_csv_keeps_every_row_and_every_column(tmp_path_factory, rows):
     assert [int(r["frames"]) for r in read] == list(range(len(rows)))
     for written, back in zip(rows, read):
         assert {k: float(v) for k, v in back.items() if v and k != "frames"} == written
+
+
+def test_csv_continues_a_file_it_finds(tmp_path):
+    path = tmp_path / "metrics.csv"
+    first = CSVLogger(path)
+    first.log({"fps": 1.0}, 1)
+    first.close({})
+    second = CSVLogger(path)  # the same run, trained on (Agent.train again, or a resume)
+    second.log({"fps": 2.0, "kl": 0.5}, 2)
+    second.close({})
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["frames"], r["fps"], r["kl"]) for r in rows] == [("1", "1.0", ""), ("2", "2.0", "0.5")]
