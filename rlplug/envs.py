@@ -4,16 +4,39 @@
 addition: :meth:`~VectorGymEnv.step_tensors`, a step that takes and returns plain tensors. TorchRL's
 TensorDict step costs about ten times gymnasium's own step for cheap envs such as CartPole; rlplug's
 collector uses the tensor step whenever the env offers it (see :mod:`rlplug.collect`).
+
+Everything that changes what the agent sees is applied where both roads pass, so that TorchRL's ``env.step``
+and :meth:`~VectorGymEnv.step_tensors` give the same numbers:
+
+- per sub-env, as gymnasium wrappers (:func:`make_gym_vector_env`): the time limit, the recipe's wrappers,
+  one-hot encoding or flattening of non-Box observations, frame stacking;
+- on the vector env, as :class:`VectorStage`: observation normalisation and clipping (final observations of
+  ended episodes included), reward scaling, and the statistics behind them.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
 import torch
+from gymnasium.vector.utils import batch_space
+from gymnasium.wrappers.utils import RunningMeanStd
 from torchrl.envs import EnvBase, GymWrapper
+
+from rlplug.errors import UserError
+
+#: The observation spaces :func:`make_gym_vector_env` takes, for messages.
+SUPPORTED_OBSERVATIONS = ("Box; Discrete, MultiDiscrete and MultiBinary (one-hot encoded); "
+                          "Dict and Tuple with flatten_observations = true")
+#: The action spaces rlplug's policies act in, for messages.
+SUPPORTED_ACTIONS = "Discrete (starting at 0) and one-dimensional Box"
+#: ``reset(options={CONTINUE: True})`` on a :class:`VectorStage`: go on from the autoreset observations.
+CONTINUE = "rlplug_continue"
+_FINAL_KEYS = ("final_obs", "_final_obs", "final_info", "_final_info")
 
 
 class Transition(NamedTuple):
@@ -27,20 +50,235 @@ class Transition(NamedTuple):
     observation: torch.Tensor
 
 
+class VectorStage(gym.vector.VectorWrapper):
+    """The vector-level stage under :class:`VectorGymEnv`: what must be identical on both stepping roads.
+
+    - ``observations``: ``"none"``; ``"fixed"``, rescaled to [-1, 1] from the space's (finite) bounds;
+      ``"running"``, centred and scaled by a running mean and variance of every observation seen (resets
+      and the final observations of ended episodes included), as gymnasium's ``NormalizeObservation``.
+    - ``clip``: observations (after normalisation) clipped to ``[-clip, clip]``.
+    - ``rewards``: rewards divided by the running standard deviation of the discounted return, exactly
+      gymnasium's vector ``NormalizeReward`` (``gamma``, epsilon 1e-8) under same-step autoreset.
+
+    Final observations in ``info["final_obs"]`` go through the same transform as the others. Statistics
+    update only while :attr:`training`; out of training rewards are also left unscaled, so evaluation
+    returns are in the env's own units. :meth:`state_dict` holds only the statistics (no per-env state), so
+    it moves between envs with different numbers of copies.
+
+    It also remembers a step in which every env ended, so that a reset right after it
+    (``reset(options={CONTINUE: True})``) goes on from the autoreset observations instead of resetting the
+    envs a second time (what TorchRL's road asks for when all envs are done at once).
+    """
+
+    def __init__(self, env: gym.vector.VectorEnv, *, observations: str = "none", clip: float | None = None,
+                 rewards: bool = False, gamma: float = 0.99, epsilon: float = 1e-8):
+        super().__init__(env)
+        if observations not in ("none", "fixed", "running"):
+            raise ValueError(f"observations must be 'none', 'fixed' or 'running', got {observations!r}")
+        space = env.single_observation_space
+        self.observations, self.clip, self.gamma, self.epsilon = observations, clip, gamma, epsilon
+        self.transforms_observations = observations != "none" or clip is not None
+        self.training = True
+        self.obs_rms: RunningMeanStd | None = None
+        self.return_rms: RunningMeanStd | None = None
+        if self.transforms_observations:
+            if not isinstance(space, gym.spaces.Box):
+                raise ValueError(f"observation normalisation and clipping need a Box observation space, got {space}")
+            low, high = np.broadcast_to(space.low, space.shape), np.broadcast_to(space.high, space.shape)
+            if observations == "fixed":
+                if not (np.isfinite(low).all() and np.isfinite(high).all()):
+                    raise ValueError(f"'fixed' observation normalisation needs finite bounds, got {space}")
+                span = high.astype(np.float64) - low
+                self._center = (low + span / 2).astype(np.float64)
+                self._inverse_half_span = np.divide(2.0, span, out=np.zeros_like(span), where=span > 0)
+                low, high = -np.ones(space.shape), np.ones(space.shape)
+            elif observations == "running":
+                self.obs_rms = RunningMeanStd(shape=space.shape, dtype=np.float64)
+                low, high = np.full(space.shape, -np.inf), np.full(space.shape, np.inf)
+            if clip is not None:
+                low, high = np.maximum(low, -clip), np.minimum(high, clip)
+            self.single_observation_space = gym.spaces.Box(low.astype(np.float32), high.astype(np.float32),
+                                                           dtype=np.float32)
+            self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        if rewards:
+            self.return_rms = RunningMeanStd(shape=())
+        self.returns = np.zeros(self.num_envs)
+        self._continuable = False
+        self._last: tuple[Any, dict] | None = None
+
+    @property
+    def autoreset_mode(self):
+        return self.env.autoreset_mode
+
+    @property
+    def can_continue(self) -> bool:
+        """Whether every env ended in the last step, with no reset since: ``reset(options={CONTINUE: True})``
+        may go on from there."""
+        return self._continuable
+
+    # -- statistics ---------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The running statistics as tensors and floats (empty when nothing is normalised by statistics)."""
+        state: dict[str, Any] = {}
+        for prefix, rms in (("observation", self.obs_rms), ("return", self.return_rms)):
+            if rms is not None:
+                state[f"{prefix}_mean"] = torch.tensor(np.asarray(rms.mean, dtype=np.float64))
+                state[f"{prefix}_var"] = torch.tensor(np.asarray(rms.var, dtype=np.float64))
+                state[f"{prefix}_count"] = float(rms.count)
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Statistics from :meth:`state_dict` (of an env with the same options and observation shape)."""
+        expected = self.state_dict()
+        missing, unexpected = sorted(set(expected) - set(state)), sorted(set(state) - set(expected))
+        if missing or unexpected:
+            parts = ([f"missing {', '.join(missing)}"] if missing else []) + \
+                    ([f"unexpected {', '.join(unexpected)}"] if unexpected else [])
+            raise UserError(f"the env statistics do not fit this env ({'; '.join(parts)}); were they saved "
+                            "with the same normalize_observations and normalize_rewards?")
+        loaded = {}
+        for key, current in expected.items():
+            value = state[key]
+            if key.endswith("_count"):
+                loaded[key] = float(value)
+                continue
+            array = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+            if array.shape != tuple(current.shape):
+                raise UserError(f"the env statistics do not fit this env: '{key}' has shape {list(array.shape)}, "
+                                f"this env's is {list(current.shape)}")
+            loaded[key] = array.astype(np.float64, copy=True)
+        for prefix, rms in (("observation", self.obs_rms), ("return", self.return_rms)):
+            if rms is not None:
+                rms.mean, rms.var, rms.count = (loaded[f"{prefix}_mean"], loaded[f"{prefix}_var"],
+                                                loaded[f"{prefix}_count"])
+
+    def reset_statistics(self) -> None:
+        """Back to no observations seen (statistics only; the envs are not touched)."""
+        if self.obs_rms is not None:
+            self.obs_rms = RunningMeanStd(shape=self.obs_rms.mean.shape, dtype=np.float64)
+        if self.return_rms is not None:
+            self.return_rms = RunningMeanStd(shape=())
+        self.returns[:] = 0
+
+    # -- stepping -----------------------------------------------------------------------------------------
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        if options and options.get(CONTINUE):
+            if not self._continuable or self._last is None:
+                raise RuntimeError("reset(options={CONTINUE: True}) needs a step in which every env ended just before")
+            self._continuable = False
+            return self._last
+        self._continuable = False
+        observation, info = self.env.reset(seed=seed, options=options)
+        self.returns[:] = 0
+        if self.transforms_observations:
+            if self.obs_rms is not None and self.training:
+                self.obs_rms.update(observation)
+            observation = self._transform(observation)
+        return observation, info
+
+    def step(self, actions):
+        observation, reward, terminated, truncated, info = self.env.step(actions)
+        ended = terminated | truncated
+        if self.transforms_observations:
+            final = info.get("final_obs") if ended.any() else None
+            rows = np.flatnonzero(info["_final_obs"]) if final is not None else ()
+            finals = np.stack([final[i] for i in rows]) if len(rows) else None
+            if self.obs_rms is not None and self.training:
+                self.obs_rms.update(observation if finals is None else np.concatenate([observation, finals]))
+            observation = self._transform(observation)
+            if finals is not None:
+                finals, final = self._transform(finals), final.copy()
+                for row, index in enumerate(rows):
+                    final[index] = finals[row]
+                info = {**info, "final_obs": final}
+        if self.return_rms is not None:
+            # gymnasium's NormalizeReward under same-step autoreset, step for step
+            self.returns = self.returns * self.gamma * (1 - terminated) + reward
+            if self.training:
+                self.return_rms.update(self.returns)
+            self.returns[ended] = 0
+            if self.training:
+                reward = reward / np.sqrt(self.return_rms.var + self.epsilon)
+        self._continuable = bool(ended.all())
+        if self._continuable:  # a copy: TorchRL's road writes the final observations into the step's array
+            self._last = np.copy(observation), {k: v for k, v in info.items() if k not in _FINAL_KEYS}
+        return observation, reward, terminated, truncated, info
+
+    def _transform(self, observation: np.ndarray) -> np.ndarray:
+        if self.observations == "running":
+            observation = (observation - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + self.epsilon)
+        elif self.observations == "fixed":
+            observation = (observation - self._center) * self._inverse_half_span
+        if self.clip is not None:
+            observation = np.clip(observation, -self.clip, self.clip)
+        return observation.astype(np.float32)
+
+
 class VectorGymEnv(GymWrapper):
-    """A gymnasium vector env (same-step autoreset) as a TorchRL env, with a tensor step for fast collection."""
+    """A gymnasium vector env (same-step autoreset) as a TorchRL env, with a tensor step for fast collection.
+
+    TorchRL returns it inside a ``TransformedEnv`` (a transform that swaps in the final observations of
+    ended episodes), which forwards every method below to it.
+
+    - :meth:`reset_tensors` / :meth:`step_tensors`: the tensor road (``supports_tensor_steps`` says whether
+      it is open: Discrete or 1-D Box actions and one Box observation).
+    - :meth:`statistics` -> dict of tensors and floats (``torch.load(weights_only=True)`` reads it back):
+      the observation and return statistics of :class:`VectorStage`; ``{}`` when nothing is normalised by
+      running statistics. :meth:`load_statistics` puts them back, e.g. the training env's into the
+      evaluation env. (Not ``state_dict``: the env is an ``nn.Module``, whose ``state_dict`` keeps its meaning.)
+    - :meth:`set_training`: ``set_training(False)`` freezes the statistics (and returns rewards unscaled),
+      for evaluation; ``set_training(True)`` (the default) updates them again. :attr:`updates_statistics`
+      says which.
+
+    A reset of every env right after a step in which every env ended (TorchRL's ``step_and_maybe_reset``
+    asks for one) continues from the autoreset observations, as the tensor road does, rather than resetting
+    the envs a second time: both roads see the same episodes.
+    """
 
     def __init__(self, vector_env: gym.vector.VectorEnv, **kwargs: Any):
+        if not isinstance(vector_env, VectorStage):
+            vector_env = VectorStage(vector_env)
+        self.stage = vector_env
         super().__init__(vector_env, **kwargs)
         space = vector_env.single_action_space
         self._discrete = isinstance(space, gym.spaces.Discrete)
         self._one_hot = self._discrete and self.action_spec.shape[-1:] == (space.n,) and space.n > 1 \
             and type(self.action_spec).__name__ == "OneHot"
-        self.supports_tensor_steps = self._discrete or isinstance(space, gym.spaces.Box)
         obs_key = "observation" if "observation" in self.observation_spec.keys() else None
+        self.supports_tensor_steps = obs_key is not None and (
+            self._discrete or (isinstance(space, gym.spaces.Box) and len(space.shape) == 1))
         obs_dtype = self.observation_spec[obs_key].dtype if obs_key else torch.float32
         self._obs_dtype = torch.empty((), dtype=obs_dtype).numpy().dtype  # conversions happen in numpy: cheaper
         self._on_cpu = self.device is None or torch.device(self.device).type == "cpu"
+
+    # -- statistics ---------------------------------------------------------------------------------------
+
+    def statistics(self) -> dict[str, Any]:
+        """The normalisation statistics: plain tensors and floats, ``{}`` when there are none."""
+        return self.stage.state_dict()
+
+    def load_statistics(self, state: Mapping[str, Any]) -> None:
+        """Statistics from :meth:`statistics` of an env built with the same options (any ``num_envs``)."""
+        self.stage.load_state_dict(state)
+
+    def set_training(self, training: bool = True) -> None:
+        """``False``: statistics frozen and rewards unscaled (evaluation); ``True``: statistics updated."""
+        self.stage.training = bool(training)
+
+    @property
+    def updates_statistics(self) -> bool:
+        return self.stage.training
+
+    # -- stepping -----------------------------------------------------------------------------------------
+
+    def _reset(self, tensordict=None, **kwargs):
+        if not kwargs and tensordict is not None and self.stage.can_continue:
+            reset = tensordict.get("_reset", None)
+            if reset is not None and bool(reset.all()):
+                kwargs = {"options": {CONTINUE: True}}
+        return super()._reset(tensordict, **kwargs)
 
     def reset_tensors(self, seed: int | None = None) -> torch.Tensor:
         observation, _ = self._env.reset(seed=seed)
@@ -65,17 +303,131 @@ class VectorGymEnv(GymWrapper):
         return tensor if self._on_cpu else tensor.to(self.device)
 
 
+# -- construction -------------------------------------------------------------------------------------------
+
+
+def one_line(error: BaseException) -> str:
+    return re.sub(r"\s+", " ", str(error)).strip() or type(error).__name__
+
+
+def space_name(space: gym.Space) -> str:
+    if isinstance(space, gym.spaces.Dict):
+        return f"Dict (keys {', '.join(map(str, space.spaces))})"
+    if isinstance(space, gym.spaces.Tuple):
+        return f"Tuple ({', '.join(map(str, space.spaces))})"
+    if isinstance(space, gym.spaces.Box):
+        return f"Box of shape {list(space.shape)}"
+    return type(space).__name__
+
+
+def _wrap_with(index: int, cls: type[gym.Wrapper], kwargs: Mapping[str, Any]) -> Callable[[gym.Env], gym.Env]:
+    name = cls.__name__
+
+    def wrap(env: gym.Env) -> gym.Env:
+        try:
+            return cls(env, **kwargs)
+        except UserError:
+            raise
+        except Exception as error:  # the wrapper's own check of its arguments or of the env
+            raise UserError(f"gymnasium wrapper {name} failed on this env: {one_line(error)}",
+                            path=f"env.wrappers[{index}]") from None
+
+    return wrap
+
+
+def _shape_observations(env_id: str, flatten: bool, frame_stack: int) -> Callable[[gym.Env], gym.Env]:
+    """One Box observation per sub-env: non-Box spaces one-hot encoded or flattened, then frames stacked."""
+    spaces = gym.spaces
+
+    def shape(env: gym.Env) -> gym.Env:
+        space = env.observation_space
+        if isinstance(space, (spaces.Dict, spaces.Tuple)) and not flatten:
+            raise UserError(f"{env_id} has a {space_name(space)} observation space; set flatten_observations = "
+                            f"true to concatenate its entries (supported: {SUPPORTED_OBSERVATIONS})", path="env")
+        if not isinstance(space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary,
+                                  spaces.Dict, spaces.Tuple)):
+            raise UserError(f"{env_id} has a {space_name(space)} observation space, which rlplug does not "
+                            f"support (supported: {SUPPORTED_OBSERVATIONS})", path="env")
+        if flatten or not isinstance(space, spaces.Box):
+            try:
+                env = gym.wrappers.FlattenObservation(env)
+            except Exception as error:
+                raise UserError(f"{env_id}'s {space_name(space)} observation space cannot be flattened: "
+                                f"{one_line(error)}", path="env") from None
+            if not np.issubdtype(env.observation_space.dtype, np.floating):
+                env = gym.wrappers.DtypeObservation(env, np.float32)
+        if frame_stack > 1:
+            flat = len(env.observation_space.shape) == 1
+            env = gym.wrappers.FrameStackObservation(env, frame_stack)
+            if flat:  # k vectors of n become one vector of k * n, oldest first: what an MLP reads
+                env = gym.wrappers.FlattenObservation(env)
+        return env
+
+    return shape
+
+
+def check_action_space(space: gym.Space, env_id: str) -> None:
+    """``UserError`` unless rlplug's policies can act in ``space``."""
+    problem = None
+    if isinstance(space, gym.spaces.Discrete):
+        if int(space.start) != 0:
+            problem = f"a Discrete action space starting at {int(space.start)}"
+    elif isinstance(space, gym.spaces.Box):
+        if len(space.shape) != 1:
+            problem = f"a {space_name(space)} action space"
+    else:
+        problem = f"a {space_name(space)} action space"
+    if problem:
+        raise UserError(f"{env_id} has {problem}, which rlplug's policies cannot act in (supported: "
+                        f"{SUPPORTED_ACTIONS})", path="env")
+
+
 def make_gym_vector_env(env_id: str, *, num_envs: int, max_episode_steps: int | None,
-                        make_kwargs: dict[str, Any], device: str = "cpu") -> EnvBase:
+                        make_kwargs: dict[str, Any], device: str = "cpu",
+                        wrappers: Sequence[tuple[type[gym.Wrapper], Mapping[str, Any]]] = (),
+                        flatten_observations: bool = False, frame_stack: int = 1,
+                        normalize_observations: str = "none", clip_observations: float | None = None,
+                        normalize_rewards: bool = False, reward_gamma: float = 0.99) -> EnvBase:
     """A TorchRL env over gymnasium's synchronous vector env.
 
     TorchRL's wrapper needs the same-step autoreset (the final observation of an episode and the first of
     the next arrive in one step); gymnasium's native vector envs (CartPole's) only do next-step autoreset,
     so the synchronous vector env is used for every id.
+
+    Each sub-env is ``gym.make(env_id, max_episode_steps=..., **make_kwargs)``, then ``wrappers`` (gymnasium
+    wrapper classes with their arguments, all but the env) in order, then the observation shaping of
+    :func:`_shape_observations` (``flatten_observations``, ``frame_stack``). The vector env then gets a
+    :class:`VectorStage` (``normalize_observations``, ``clip_observations``, ``normalize_rewards``,
+    ``reward_gamma``). Problems with the id, the spaces or the options are ``UserError``.
     """
-    vector_env = gym.make_vec(
-        env_id, num_envs=num_envs, vectorization_mode="sync",
-        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
-        **({"max_episode_steps": max_episode_steps} if max_episode_steps else {}), **make_kwargs,
-    )
-    return VectorGymEnv(vector_env, device=device)
+    per_env = [_wrap_with(i, cls, kwargs) for i, (cls, kwargs) in enumerate(wrappers)]
+    per_env.append(_shape_observations(env_id, flatten_observations, frame_stack))
+    try:
+        vector_env = gym.make_vec(
+            env_id, num_envs=num_envs, vectorization_mode="sync",
+            vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, wrappers=per_env,
+            **({"max_episode_steps": max_episode_steps} if max_episode_steps else {}), **make_kwargs,
+        )
+    except TypeError as error:
+        if "unexpected keyword argument" not in str(error):
+            raise
+        raise UserError(f"{env_id} does not take that argument: {one_line(error)}", path="env.kwargs") from None
+    try:
+        check_action_space(vector_env.single_action_space, env_id)
+        space = vector_env.single_observation_space
+        if normalize_observations == "fixed":
+            infinite = np.flatnonzero(~(np.isfinite(space.low) & np.isfinite(space.high)).reshape(-1))
+            if infinite.size:
+                shown = ", ".join(map(str, infinite[:8])) + (", ..." if infinite.size > 8 else "")
+                raise UserError(f"'fixed' rescales from the observation bounds, but {env_id}'s are infinite in "
+                                f"dimensions {shown}; use 'running'", path="env.normalize_observations")
+        stage = VectorStage(vector_env, observations=normalize_observations, clip=clip_observations,
+                            rewards=normalize_rewards, gamma=reward_gamma)
+    except BaseException:
+        vector_env.close()
+        raise
+    env = VectorGymEnv(stage, device=device)
+    # TorchRL stepped the env while inferring its specs: those steps are not experience.
+    stage.reset_statistics()
+    stage._continuable = False
+    return env
