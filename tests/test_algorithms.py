@@ -99,3 +99,15 @@ def test_conflicting_options_are_user_errors(tmp_path):
         agent_for(tmp_path, {"use": "ppo", "anneal_lr": True, "lr_schedule": "cosine"})
     with pytest.raises(rlplug.UserError, match="unknown key 'kl_target' in algorithm 'ppo'"):
         agent_for(tmp_path, {"use": "ppo", "kl_target": 0.01})
+
+
+def test_advantage_comes_from_the_advantage_estimator_only(tmp_path):
+    """td-lambda writes an advantage too; as the value_target estimator it must not replace GAE's."""
+    agent = agent_for(tmp_path, {"use": "ppo", "advantage": {"use": "gae", "gamma": 0.9, "lmbda": 0.5},
+                                 "value_target": {"use": "td-lambda", "gamma": 0.9, "lmbda": 0.5}})
+    algorithm = agent.run.algorithm
+    batch = algorithm.estimate(agent.run.collector.collect())
+    gae = rlplug.make("estimator", "gae", gamma=0.9, lmbda=0.5)(batch.copy().exclude("advantage"))
+    td_lambda = rlplug.make("estimator", "td-lambda", gamma=0.9, lmbda=0.5)(batch.copy())
+    torch.testing.assert_close(batch.get("advantage"), gae.get("advantage"))
+    torch.testing.assert_close(batch.get("value_target"), td_lambda.get("value_target"))

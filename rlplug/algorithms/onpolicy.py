@@ -39,7 +39,10 @@ class OnPolicy:
         self.actor = ActorView.of(self.policy)
         self.critic = config.critic.build(role="value", **specs) if self.uses_critic else None
         self.value = value_function(self.critic, self.actor.observation_key) if self.critic else None
-        self.estimators = [e.build() for e in (config.advantage, config.value_target) if e is not None]
+        #: (estimator, the keys taken from it): the advantage estimator may give a value target too (``mc``,
+        #: ``td-lambda``...), used unless a ``value_target`` estimator is set, which never changes the advantage.
+        self.estimators = [(e.build(), keys) for e, keys in ((config.advantage, ("advantage", "value_target")),
+                                                             (config.value_target, ("value_target",))) if e is not None]
         modules = [self.policy, *([self.critic] if self.critic else [])]
         self.parameters = list({id(p): p for m in modules for p in m.parameters()}.values())
         self.optimiser = make_optimizer(config.optimizer, self.parameters, config.lr, config.optimizer_kwargs)
@@ -56,8 +59,11 @@ class OnPolicy:
             values = self.value(torch.cat([observations, batch.get(("next", key))]))
             batch.set("state_value", values[: len(observations)])
             batch.set(("next", "state_value"), values[len(observations):])
-        for estimator in self.estimators:
-            estimator(batch)
+        for estimator, keys in self.estimators:
+            written = estimator(batch.copy())
+            for key in keys:
+                if key in written.keys():
+                    batch.set(key, written.get(key))
         needed = ["advantage"] + (["value_target"] if self.critic else [])
         missing = [k for k in needed if k not in batch.keys()]
         if missing:

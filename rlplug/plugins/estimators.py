@@ -8,6 +8,8 @@ import rlplug
 from rlplug.registry.params import Range
 
 Discount = Annotated[float, Range(ge=0.0, le=1.0)]
+#: an importance-weight clip; inf turns clipping off
+Clip = Annotated[float, Range(gt=0.0)]
 
 
 def make_gae(gamma: Discount = 0.99, lmbda: Discount = 0.95):
@@ -24,7 +26,50 @@ def make_from_advantage():
     return ValueTargetFromAdvantage()
 
 
+def make_td0(gamma: Discount = 0.99):
+    """One-step TD target r + gamma * V(s'); writes ``value_target`` and ``advantage``."""
+    from rlplug.estimators import TD0
+
+    return TD0(gamma=gamma)
+
+
+def make_td_lambda(gamma: Discount = 0.99, lmbda: Discount = 0.95):
+    """TD(lambda) return, the trace cut at done; writes ``value_target`` and ``advantage``."""
+    from rlplug.estimators import TDLambda
+
+    return TDLambda(gamma=gamma, lmbda=lmbda)
+
+
+def make_mc(gamma: Discount = 0.99, bootstrap: bool = True):
+    """Discounted Monte-Carlo return (REINFORCE's); writes ``value_target`` and ``advantage``.
+
+    Sums rewards to each done; where the batch or a truncation cuts an episode, adds V(s') if
+    ``bootstrap``. Without ``state_value`` the advantage is the return itself, and with
+    ``bootstrap = false`` no critic is needed at all.
+    """
+    from rlplug.estimators import MonteCarloReturn
+
+    return MonteCarloReturn(gamma=gamma, bootstrap=bootstrap)
+
+
+def make_vtrace(gamma: Discount = 0.99, rho_bar: Clip = 1.0, c_bar: Clip = 1.0):
+    """V-trace off-policy targets (Espeholt et al. 2018); writes ``value_target`` and ``advantage``.
+
+    Reads the behaviour policy's ``action_log_prob`` (recorded at collection) and the trained policy's
+    ``target_log_prob``, which the algorithm writes before calling it. ``rho_bar`` clips the importance
+    weight on each TD error, ``c_bar`` the one that carries the trace back (the paper keeps c_bar <=
+    rho_bar).
+    """
+    from rlplug.estimators import VTrace
+
+    return VTrace(gamma=gamma, rho_bar=rho_bar, c_bar=c_bar)
+
+
 @rlplug.hookimpl
 def rlplug_register_estimators(register):
     register("gae", make_gae)
     register("from_advantage", make_from_advantage, aliases=("from-advantage",))
+    register("td0", make_td0)
+    register("td-lambda", make_td_lambda, aliases=("td_lambda",))
+    register("mc", make_mc)
+    register("vtrace", make_vtrace)
