@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -35,6 +36,13 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (`rlplug list | head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except OSError as error:  # a full disk, a directory gone: say what and where, no traceback
+        if os.environ.get("RLPLUG_DEBUG"):
+            raise
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"rlplug: error: {where}{error.strerror or error}; checkpoints already written are kept",
+              file=sys.stderr)
+        return EXIT_USAGE
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,7 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a recipe value, e.g. --set algorithm.lr=3e-4 (repeatable)")
     run.set_defaults(handler=cmd_run)
-    for sub in (listing, run):
+
+    resume = commands.add_parser("resume", help="continue a run from its latest checkpoint")
+    resume.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run directory")
+    resume.set_defaults(handler=cmd_resume)
+    for sub in (listing, run, resume):
         sub.add_argument("--strict-plugins", action="store_true", default=argparse.SUPPRESS,
                          help=argparse.SUPPRESS)
     return parser
@@ -115,6 +127,42 @@ def cmd_run(args: argparse.Namespace) -> int:
         run = Run.build(recipe, run_dir)
     except UserError as error:
         raise error.located(file=str(args.recipe)) from None
-    summary = run.train()
-    print(f"run directory: {run_dir}")
-    return 0 if summary.get("status") == "finished" else 1
+    return train_until_done_or_stopped(run)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from rlplug.trainer import Run
+
+    run = Run.resume(args.run_dir)
+    if run.frames >= run.recipe.run.total_frames:
+        print(f"{args.run_dir}: already trained for its {run.recipe.run.total_frames} frames; nothing to do")
+        return 0
+    print(f"resuming {args.run_dir} at frame {run.frames} of {run.recipe.run.total_frames}", flush=True)
+    return train_until_done_or_stopped(run)
+
+
+#: Exit statuses after a stop by signal, as shells report them.
+SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}
+
+
+def train_until_done_or_stopped(run) -> int:
+    """Train; SIGINT or SIGTERM stop it after the current iteration with a checkpoint (a second one at once)."""
+    def stop(signum, frame):
+        name = signal.Signals(signum).name
+        if run.stop_reason is not None:
+            raise KeyboardInterrupt
+        run.request_stop(name)
+        print(f"rlplug: {name}: stopping after this iteration and writing a checkpoint "
+              f"(send it again to stop at once)", file=sys.stderr, flush=True)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        summary = run.train()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print(f"run directory: {run.run_dir}")
+    if summary["status"] == "interrupted":
+        print(f"stopped at frame {run.frames}; continue with: python -m rlplug resume {run.run_dir}", file=sys.stderr)
+        return SIGNAL_EXIT.get(summary.get("signal"), 1)
+    return 0

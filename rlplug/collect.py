@@ -71,6 +71,12 @@ class Collector:
         self.tracker = EpisodeTracker(self.envs)
         self.state: TensorDictBase | torch.Tensor | None = None
 
+    def restart(self, seed: int) -> None:
+        """Every env starts a new episode from ``seed`` at the next collection (where a checkpoint is taken,
+        so that a resumed run goes on exactly as the uninterrupted one). The cut episodes are not counted."""
+        self.seed, self.state = seed, None
+        self.tracker.running[:] = 0.0
+
     @torch.no_grad()
     def collect(self) -> TensorDictBase:
         with set_exploration_type(ExplorationType.RANDOM):

@@ -412,6 +412,8 @@ def make_gym_vector_env(env_id: str, *, num_envs: int, max_episode_steps: int | 
         if "unexpected keyword argument" not in str(error):
             raise
         raise UserError(f"{env_id} does not take that argument: {one_line(error)}", path="env.kwargs") from None
+    except gym.error.DependencyNotInstalled as error:  # MuJoCo, Box2D...: say what to install, before training
+        raise UserError(f"{env_id} needs a package that is not installed: {one_line(error)}", path="env.id") from None
     try:
         check_action_space(vector_env.single_action_space, env_id)
         space = vector_env.single_observation_space

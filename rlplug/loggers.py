@@ -66,16 +66,25 @@ class CSVLogger:
 
     Columns are every metric seen so far; when a new one appears (rare: the first evaluation, say), the file
     is read back and rewritten with the wider header, so nothing is held in memory between calls. A file
-    already there (the same run, trained on) is continued, not replaced.
+    already there (the same run, trained on) is continued, not replaced; rows logged after
+    ``start_frames`` (by a run killed after its last checkpoint, now resumed from it) are dropped.
     """
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, start_frames: int = 0):
         self.path = Path(path)
         self.columns: list[str] = ["frames"]
+        self.file = None
         if self.path.exists():
             with self.path.open(newline="") as existing:
-                self.columns = next(csv.reader(existing), None) or self.columns
-        self.file = None
+                reader = csv.DictReader(existing)
+                rows = list(reader)
+                self.columns = list(reader.fieldnames or self.columns)
+            kept = [row for row in rows if int(float(row["frames"])) <= start_frames]
+            if len(kept) < len(rows):
+                with self.path.open("w", newline="") as rewritten:
+                    writer = csv.DictWriter(rewritten, fieldnames=self.columns)
+                    writer.writeheader()
+                    writer.writerows(kept)
 
     def log(self, metrics: dict[str, float], frames: int) -> None:
         row = {"frames": frames, **metrics}

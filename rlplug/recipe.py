@@ -41,6 +41,11 @@ class RunSettings:
     device: Annotated[str, Check(device_problem)] = "cpu"
     #: torch intra-op threads; one is 5-10x faster than two for small networks on the 2-core machines.
     num_threads: Annotated[int, Range(ge=1)] = 1
+    #: write a checkpoint every this many frames (0: only at the end); every env starts a new episode
+    #: there, so that a run resumed from it goes on exactly as the uninterrupted run did
+    checkpoint_every_frames: Annotated[int, Range(ge=0)] = 100_000
+    #: how many periodic checkpoints to keep in checkpoints/ (checkpoint.pt is always the latest)
+    keep_checkpoints: Annotated[int, Range(ge=1)] = 3
 
 
 @dataclass(frozen=True)

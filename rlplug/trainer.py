@@ -7,11 +7,14 @@ bad recipe leaves nothing behind; once training starts, whatever happens, the lo
 
 from __future__ import annotations
 
+import io
 import json
 import logging
+import math
 import os
 import random
 import time
+import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,6 +28,11 @@ from torchrl.envs import EnvBase
 from rlplug.collect import Collector, evaluate
 from rlplug.errors import UserError
 from rlplug.recipe import Recipe
+from rlplug.training import NonFiniteError
+
+
+class TrainingDiverged(UserError):
+    """A loss, gradient or parameter became NaN or infinite."""
 
 if "RL_LOGGING_LEVEL" not in os.environ:  # TorchRL logs INFO lines (spec checks) to stdout by default
     logging.getLogger("torchrl").setLevel(logging.WARNING)
@@ -69,10 +77,12 @@ class Run:
     iterations: int = 0
     train_seconds: float = 0.0
     eval_returns: list[float] = field(default_factory=list)
+    stop_reason: str | None = None
 
     @classmethod
-    def build(cls, recipe: Recipe, run_dir: Path) -> "Run":
-        check_run_dir(run_dir)
+    def build(cls, recipe: Recipe, run_dir: Path, *, resuming: bool = False) -> "Run":
+        if not resuming:
+            check_run_dir(run_dir)
         settings = recipe.run
         torch.set_num_threads(settings.num_threads)
         seed_everything(settings.seed)
@@ -84,6 +94,7 @@ class Run:
             seed=settings.seed, total_frames=settings.total_frames,
         )
         collector = Collector(env, algorithm.policy, algorithm.frames_per_batch, seed=settings.seed)
+        ensure_writable(run_dir)
         return cls(recipe, run_dir, env, eval_env, algorithm, collector)
 
     def train(self, max_frames: int | None = None, max_episodes: int | None = None, max_iters: int | None = None,
@@ -91,49 +102,115 @@ class Run:
         """Train to the recipe's ``total_frames``, or until the first limit given (counted from this call).
 
         Evaluates every ``eval_every`` frames (default: the recipe's ``eval.every_frames``) and at the end;
-        writes the checkpoint and ``summary.json`` at the end, however the call ends.
+        checkpoints every ``run.checkpoint_every_frames`` and at the end; stops early, with a checkpoint,
+        when :meth:`request_stop` is called (by a signal handler, say). ``summary.json`` is written however
+        the call ends.
         """
         recipe, settings = self.recipe, self.recipe.run
         tracker = self.collector.tracker
         stop_frames = min(settings.total_frames, self.frames + max_frames if max_frames else settings.total_frames)
         stop_episodes = tracker.episodes + max_episodes if max_episodes else None
         stop_iters = self.iterations + max_iters if max_iters else None
-        every = recipe.eval.every_frames if eval_every is None else eval_every
-        next_eval = self.frames + every if every else None
+        eval_every = recipe.eval.every_frames if eval_every is None else eval_every
+        next_eval, next_checkpoint = next_multiple(self.frames, eval_every), \
+            next_multiple(self.frames, settings.checkpoint_every_frames)
 
+        ensure_writable(self.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "recipe.toml").write_text(tomli_w.dumps(recipe.resolved()))
-        loggers = [logger.build(run_dir=self.run_dir, total_frames=settings.total_frames) for logger in recipe.loggers]
+        write_atomically(self.run_dir / "recipe.toml", tomli_w.dumps(recipe.resolved()).encode())
+        loggers = [logger.build(run_dir=self.run_dir, total_frames=settings.total_frames, frames=self.frames)
+                   for logger in recipe.loggers]
         started, frames_before = time.perf_counter(), self.frames
         summary: dict[str, Any] = {"status": "failed"}
+        self.stop_reason = None
         try:
             while self.frames < stop_frames and (stop_episodes is None or tracker.episodes < stop_episodes) \
-                    and (stop_iters is None or self.iterations < stop_iters):
+                    and (stop_iters is None or self.iterations < stop_iters) and self.stop_reason is None:
                 batch = self.collector.collect()
                 self.frames += batch.numel()
                 self.iterations += 1
-                metrics = self.algorithm.update(batch)
+                metrics = self.guarded_update(batch)
                 recent = tracker.recent_return()
                 metrics = {"fps": (self.frames - frames_before) / (time.perf_counter() - started),
                            "episodes": tracker.episodes, **({"episode_return": recent} if recent is not None else {}),
                            **metrics}
                 _log(loggers, metrics, self.frames)
                 if next_eval is not None and next_eval <= self.frames < stop_frames:
-                    next_eval += every
+                    next_eval = next_multiple(self.frames, eval_every)
                     self.evaluate(loggers)
-            self.evaluate(loggers)
-            self.save_checkpoint(self.run_dir / "checkpoint.pt")
-            summary = {"status": "finished" if self.frames >= settings.total_frames else "paused"}
+                if next_checkpoint is not None and next_checkpoint <= self.frames < settings.total_frames:
+                    next_checkpoint = next_multiple(self.frames, settings.checkpoint_every_frames)
+                    self.checkpoint()
+                    self.collector.restart(seed=episode_seed(settings.seed, self.frames))
+            if self.stop_reason is not None:
+                self.checkpoint()
+                summary = {"status": "interrupted", "signal": self.stop_reason}
+            else:
+                self.evaluate(loggers)
+                self.checkpoint()
+                summary = {"status": "finished" if self.frames >= settings.total_frames else "paused"}
+        except TrainingDiverged:
+            summary = {"status": "diverged"}
+            raise
         except KeyboardInterrupt:
             summary = {"status": "interrupted"}
             raise
         finally:
             self.train_seconds += time.perf_counter() - started
             summary.update(self.summary())
-            (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+            write_atomically(self.run_dir / "summary.json", (json.dumps(summary, indent=2) + "\n").encode())
             for logger in loggers:
                 logger.close(summary)
         return summary
+
+    @classmethod
+    def resume(cls, run_dir: Path) -> "Run":
+        """The run in ``run_dir``, built from its checkpoint's recipe and state, ready to train on."""
+        from rlplug.recipe import validate
+
+        checkpoint = run_dir / "checkpoint.pt"
+        if not checkpoint.exists():
+            what = "no run directory" if not run_dir.is_dir() else "no checkpoint.pt in it"
+            raise UserError(f"{run_dir}: {what}; resume takes the directory of a run that wrote a checkpoint")
+        state = load_checkpoint(checkpoint)
+        run = cls.build(validate(state["recipe"], file=str(checkpoint)), run_dir, resuming=True)
+        run.load_state_dict(state)
+        return run
+
+    def request_stop(self, reason: str) -> None:
+        """Stop after the current iteration, with a checkpoint (safe to call from a signal handler)."""
+        self.stop_reason = reason
+
+    def guarded_update(self, batch) -> dict[str, float]:
+        """The algorithm's update, stopped with a clear error when a loss, gradient or parameter turns
+        non-finite; the last checkpoint on disk is the last good one."""
+        try:
+            metrics = self.algorithm.update(batch)
+            broken = next((name for name, value in metrics.items() if not math.isfinite(value)), None)
+            if broken is None and not all(bool(torch.isfinite(p).all()) for p in self.algorithm.parameters):
+                broken = "a network parameter"
+        except NonFiniteError as error:
+            broken = error.quantity
+        if broken is None:
+            return metrics
+        latest = self.run_dir / "checkpoint.pt"
+        kept = f"the last good checkpoint is {latest}" if latest.exists() else "no checkpoint was written yet"
+        raise TrainingDiverged(f"training diverged: {broken} is not finite at iteration {self.iterations} "
+                               f"(frame {self.frames}); {kept}; try a lower algorithm.lr or set "
+                               f"algorithm.max_grad_norm")
+
+    def checkpoint(self) -> Path:
+        """Write ``checkpoint.pt`` (the latest) and ``checkpoints/frames-N.pt`` (the last K), atomically."""
+        data = io.BytesIO()
+        torch.save(self.state_dict(), data)
+        kept = self.run_dir / "checkpoints"
+        kept.mkdir(exist_ok=True)
+        write_atomically(kept / f"frames-{self.frames:012d}.pt", data.getvalue())
+        for old in sorted(kept.glob("frames-*.pt"))[:-self.recipe.run.keep_checkpoints]:
+            old.unlink()
+        latest = self.run_dir / "checkpoint.pt"
+        write_atomically(latest, data.getvalue())
+        return latest
 
     def summary(self) -> dict[str, Any]:
         returns = self.eval_returns
@@ -162,17 +239,75 @@ class Run:
         return {"format": CHECKPOINT_FORMAT, "recipe": self.recipe.resolved(), "algorithm": self.algorithm.state_dict(),
                 "env": env_statistics(self.env),
                 "frames": self.frames, "iterations": self.iterations, "episodes": self.collector.tracker.episodes,
+                "train_seconds": self.train_seconds, "rng": rng_state(),
                 "saved_at": datetime.now(timezone.utc).isoformat()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a checkpoint: the same parameters, optimiser, statistics, counters and random
+        states, and every env starting a new episode from the seed that the uninterrupted run used there."""
         self.algorithm.load_state_dict(state["algorithm"])
         if state.get("env"):
             self.env.load_statistics(state["env"])
         self.frames, self.iterations = state["frames"], state["iterations"]
         self.collector.tracker.episodes = state["episodes"]
+        self.train_seconds = state.get("train_seconds", 0.0)
+        set_rng_state(state["rng"])
+        self.collector.restart(seed=episode_seed(self.recipe.run.seed, self.frames))
 
     def save_checkpoint(self, path: Path) -> None:
-        torch.save(self.state_dict(), path)
+        buffer = io.BytesIO()
+        torch.save(self.state_dict(), buffer)
+        write_atomically(path, buffer.getvalue())
+
+
+def next_multiple(frames: int, every: int) -> int | None:
+    """The first multiple of ``every`` after ``frames`` (None when ``every`` is 0: never)."""
+    return (frames // every + 1) * every if every else None
+
+
+def episode_seed(seed: int, frames: int) -> int:
+    """The seed every env restarts from at a checkpoint taken at ``frames``: a resumed run uses the same."""
+    return (seed * 1_000_003 + frames) % 2**31
+
+
+def rng_state() -> dict[str, Any]:
+    """Python's, numpy's and torch's random states as tensors and numbers (for ``weights_only`` loading)."""
+    _, python_state, _ = random.getstate()
+    _, keys, position, has_gauss, cached = np.random.get_state()
+    return {"torch": torch.get_rng_state(), "python": torch.tensor(python_state, dtype=torch.int64),
+            "numpy": torch.from_numpy(keys.astype(np.int64)), "numpy_position": int(position),
+            "numpy_gauss": (int(has_gauss), float(cached))}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate((3, tuple(int(v) for v in state["python"].tolist()), None))
+    has_gauss, cached = state["numpy_gauss"]
+    np.random.set_state(("MT19937", state["numpy"].numpy().astype(np.uint32), state["numpy_position"], has_gauss,
+                         cached))
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write to a temporary file, flush it to disk, then rename over ``path``: a kill at any instant leaves
+    either the old file or the new one, never half of one."""
+    temporary = path.with_name(f".{path.name}.tmp")
+    with open(temporary, "wb") as file:
+        file.write(data)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def ensure_writable(run_dir: Path) -> None:
+    """A clear error before training when the run directory cannot be written."""
+    existing = next(p for p in [run_dir, *run_dir.parents] if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"--out {run_dir}: cannot write to {existing}; choose a directory you can write to")
 
 
 def env_statistics(env: EnvBase) -> dict[str, Any]:
@@ -186,7 +321,9 @@ def env_statistics(env: EnvBase) -> dict[str, Any]:
 def load_checkpoint(path: Path) -> dict[str, Any]:
     """A checkpoint's contents, read without unpickling code (``weights_only=True``)."""
     try:
-        state = torch.load(path, weights_only=True, map_location="cpu")
+        with warnings.catch_warnings():  # torch warns about foreign pickles before refusing them: the refusal says it
+            warnings.simplefilter("ignore")
+            state = torch.load(path, weights_only=True, map_location="cpu")
     except FileNotFoundError:
         raise UserError(f"{path}: no such checkpoint") from None
     except Exception as error:  # a truncated, tampered or foreign file: never executed, only refused

@@ -59,14 +59,29 @@ def make_optimizer(name: str, parameters: list[torch.nn.Parameter], lr: float,
                         path="algorithm.optimizer_kwargs") from None
 
 
+class NonFiniteError(ArithmeticError):
+    """A loss or gradient became NaN or infinite; nothing was stepped."""
+
+    def __init__(self, quantity: str):
+        super().__init__(f"{quantity} is not finite")
+        self.quantity = quantity
+
+
 def optimiser_step(optimiser: torch.optim.Optimizer, loss: torch.Tensor, parameters: list[torch.nn.Parameter],
                    max_grad_norm: float | None) -> torch.Tensor | None:
-    """Backward, clip the global gradient norm (if asked), step; returns the norm before clipping."""
+    """Backward, clip the global gradient norm (if asked), step; returns the norm before clipping.
+
+    A non-finite loss or gradient norm raises :class:`NonFiniteError` before the parameters are touched.
+    """
+    if not torch.isfinite(loss):
+        raise NonFiniteError("the loss")
     optimiser.zero_grad(set_to_none=True)
     loss.backward()
     norm = None
     if max_grad_norm:
         norm = torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm, foreach=True)
+        if not torch.isfinite(norm):
+            raise NonFiniteError("the gradient norm")
     optimiser.step()
     return norm
 

@@ -35,9 +35,22 @@ def test_csv_continues_a_file_it_finds(tmp_path):
     first = CSVLogger(path)
     first.log({"fps": 1.0}, 1)
     first.close({})
-    second = CSVLogger(path)  # the same run, trained on (Agent.train again, or a resume)
+    second = CSVLogger(path, start_frames=1)  # the same run, trained on (Agent.train again)
     second.log({"fps": 2.0, "kl": 0.5}, 2)
     second.close({})
     with path.open() as f:
         rows = list(csv.DictReader(f))
     assert [(r["frames"], r["fps"], r["kl"]) for r in rows] == [("1", "1.0", ""), ("2", "2.0", "0.5")]
+
+
+def test_csv_drops_rows_logged_after_the_checkpoint_a_run_resumes_from(tmp_path):
+    path = tmp_path / "metrics.csv"
+    killed = CSVLogger(path)
+    for frames in (100, 200, 300):  # checkpoint at 200, killed after logging 300
+        killed.log({"fps": float(frames)}, frames)
+    resumed = CSVLogger(path, start_frames=200)
+    resumed.log({"fps": 301.0}, 300)
+    resumed.close({})
+    with path.open() as f:
+        assert [(r["frames"], r["fps"]) for r in csv.DictReader(f)] == [("100", "100.0"), ("200", "200.0"),
+                                                                       ("300", "301.0")]

@@ -15,11 +15,11 @@ def make_console(total_frames: int, every_seconds: Annotated[float, Range(gt=0)]
     return ConsoleLogger(total_frames, every_seconds=every_seconds, live=live)
 
 
-def make_csv(run_dir, filename: str = "metrics.csv"):
+def make_csv(run_dir, frames: int = 0, filename: str = "metrics.csv"):
     """Every metric, one row per log call, in the run directory."""
     from rlplug.loggers import CSVLogger
 
-    return CSVLogger(run_dir / filename)
+    return CSVLogger(run_dir / filename, start_frames=frames)
 
 
 @rlplug.hookimpl

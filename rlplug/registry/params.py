@@ -33,6 +33,7 @@ CONTEXT_NAMES = {
     "device": "the torch device of the run (run.device)",
     "seed": "the run's seed (run.seed)",
     "total_frames": "the run's frame budget (run.total_frames), for schedules",
+    "frames": "the frame count training starts from (0, or where a resumed run goes on), for loggers",
     "run_dir": "the run directory (a pathlib.Path), for loggers that write files",
 }
 

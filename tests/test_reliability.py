@@ -1,0 +1,155 @@
+"""Nothing lost on a kill, a signal or a NaN; checkpoints are data, never code; no secrets in run files.
+
+The kill and signal tests run the real CLI in a subprocess and send it real signals.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import rlplug
+from conftest import CANONICAL, ROOT, run_cli
+
+#: A small run that checkpoints often, with running statistics to restore too.
+SMALL = ["--set", "run.total_frames=12288", "--set", "run.checkpoint_every_frames=2048", "--set", "eval.every_frames=0",
+         "--set", "eval.episodes=2", "--set", "env.normalize_observations='running'",
+         "--set", "env.normalize_rewards=true"]
+
+
+def start(out: Path, *extra: str) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLPLUG_")}
+    return subprocess.Popen([sys.executable, "-m", "rlplug", "run", str(CANONICAL), "--out", str(out), *SMALL, *extra],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for(path: Path, process: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
+
+
+def final_parameters(run_dir: Path) -> dict[str, torch.Tensor]:
+    state = torch.load(run_dir / "checkpoint.pt", weights_only=True)
+    return {**{f"policy.{k}": v for k, v in state["algorithm"]["policy"].items()},
+            **{f"critic.{k}": v for k, v in state["algorithm"]["critic"].items()},
+            **{f"env.{k}": torch.as_tensor(v) for k, v in state["env"].items()}}
+
+
+def test_killed_and_resumed_run_ends_exactly_where_an_uninterrupted_one_does(tmp_path):
+    straight = start(tmp_path / "straight")
+    assert straight.wait(timeout=300) == 0, straight.communicate()
+
+    killed = start(tmp_path / "killed")
+    wait_for(tmp_path / "killed" / "checkpoints" / f"frames-{4096:012d}.pt", killed)
+    killed.send_signal(signal.SIGKILL)  # no handler, no goodbye: whatever was on disk is all there is
+    killed.wait(timeout=30)
+    resumed = run_cli("resume", str(tmp_path / "killed"))
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming" in resumed.stdout
+
+    expected, actual = final_parameters(tmp_path / "straight"), final_parameters(tmp_path / "killed")
+    assert expected.keys() == actual.keys()
+    for name in expected:
+        assert torch.equal(expected[name], actual[name]), name
+    summary = json.loads((tmp_path / "killed" / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["frames"] == 12288
+    with (tmp_path / "killed" / "metrics.csv").open() as f:  # rows logged after the checkpoint were dropped
+        frames = [int(line.split(",")[0]) for line in f.readlines()[1:]]
+    assert frames == sorted(frames) and len([f for f in frames if f == 4096]) <= 2  # an update row and an eval row
+
+
+@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_stops_with_a_checkpoint_and_says_how_to_resume(tmp_path, sig, status):
+    out = tmp_path / "run"
+    process = start(out, "--set", "run.total_frames=10000000")
+    wait_for(out / "metrics.csv", process)
+    started = time.monotonic()
+    process.send_signal(sig)
+    stdout, stderr = process.communicate(timeout=30)
+    assert time.monotonic() - started < 10
+    assert process.returncode == status, stderr
+    assert f"python -m rlplug resume {out}" in stderr and "Traceback" not in stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["signal"] == sig.name
+    state = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert state["frames"] == summary["frames"] > 0
+
+
+def test_checkpoints_keep_the_last_k_and_never_leave_temporary_files(tmp_path):
+    out = tmp_path / "run"
+    result = run_cli("run", str(CANONICAL), "--out", str(out), *SMALL, "--set", "run.keep_checkpoints=2")
+    assert result.returncode == 0, result.stderr
+    kept = sorted(p.name for p in (out / "checkpoints").iterdir())
+    assert kept == [f"frames-{10240:012d}.pt", f"frames-{12288:012d}.pt"]
+    assert not list(out.rglob(".*.tmp"))
+
+
+def test_tampered_checkpoints_are_refused_never_unpickled(tmp_path):
+    run_dir = tmp_path / "run"
+    assert run_cli("run", str(CANONICAL), "--out", str(run_dir), "--set", "run.total_frames=512",
+                   "--set", "eval.episodes=1").returncode == 0
+    marker = tmp_path / "code-ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (Path.touch, (marker,))
+
+    (run_dir / "checkpoint.pt").write_bytes(pickle.dumps({"format": 1, "payload": Payload()}))
+    result = run_cli("resume", str(run_dir))
+    assert result.returncode == 2 and "not a readable rlplug checkpoint" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not marker.exists(), "the checkpoint's pickled code must never run"
+    with pytest.raises(rlplug.UserError, match="not a readable rlplug checkpoint"):
+        rlplug.Agent.load(run_dir / "checkpoint.pt", out=tmp_path / "x")
+    (run_dir / "checkpoint.pt").write_bytes(b"\x00 not a checkpoint")
+    assert run_cli("resume", str(run_dir)).returncode == 2
+    assert run_cli("resume", str(tmp_path / "nowhere")).returncode == 2
+
+
+def test_nan_stops_training_with_a_clear_error_and_keeps_the_last_good_checkpoint(tmp_path):
+    agent = rlplug.Agent.from_recipe(CANONICAL, out=tmp_path / "run", run={"total_frames": 4096,
+                                     "checkpoint_every_frames": 512}, eval={"episodes": 1})
+    agent.train(max_frames=1024)
+    good = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
+    with torch.no_grad():
+        next(agent.run.algorithm.critic.parameters()).fill_(float("nan"))
+    with pytest.raises(rlplug.UserError, match=r"training diverged: the loss is not finite at iteration \d+"):
+        agent.train()
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "diverged"
+    kept = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
+    assert kept["frames"] == good["frames"]
+    assert all(torch.isfinite(v).all() for v in kept["algorithm"]["critic"].values())
+
+
+def test_unwritable_output_and_missing_env_packages_fail_before_training(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    result = run_cli("run", str(CANONICAL), "--out", str(blocker / "run"))
+    assert result.returncode == 2 and "cannot write" in result.stderr and "Traceback" not in result.stderr
+    result = run_cli("run", str(CANONICAL), "--out", str(tmp_path / "ll"), "--set", "env.id=LunarLander-v3")
+    assert result.returncode == 2 and "env.id" in result.stderr and "not installed" in result.stderr
+    assert not (tmp_path / "ll").exists()
+
+
+def test_run_files_hold_no_secrets_from_the_environment(tmp_path):
+    secret = "sk-do-not-leak-0123456789"
+    out = tmp_path / "run"
+    result = run_cli("run", str(CANONICAL), "--out", str(out), "--set", "run.total_frames=512",
+                     "--set", "eval.episodes=1", env={"WANDB_API_KEY": secret, "AWS_SECRET_ACCESS_KEY": secret})
+    assert result.returncode == 0, result.stderr
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path
