@@ -6,6 +6,15 @@ so the message itself must say where the problem is and what to do about it.
 
 from __future__ import annotations
 
+import re
+
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def one_line(text: str) -> str:
+    """``text`` with control characters (a newline in a key, say) shown escaped: a message stays one line."""
+    return CONTROL_CHARACTERS.sub(lambda match: repr(match.group())[1:-1], text)
+
 
 class UserError(Exception):
     """A problem in the user's input: a recipe, an override, a component name or parameter.
@@ -32,7 +41,7 @@ class UserError(Exception):
             where = f"{self.file}:{self.line}: " if self.line else f"{self.file}: "
         if self.path:
             where += f"{self.path}: "
-        return where + self.message
+        return one_line(where + self.message)
 
 
 class ComponentError(UserError):

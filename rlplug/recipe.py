@@ -36,7 +36,7 @@ def device_problem(device: str) -> str | None:
 
 @dataclass(frozen=True)
 class RunSettings:
-    seed: int = 0
+    seed: Annotated[int, Range(ge=0, lt=2**63)] = 0
     total_frames: Annotated[int, Range(ge=1)] = 100_000
     device: Annotated[str, Check(device_problem)] = "cpu"
     #: torch intra-op threads; one is 5-10x faster than two for small networks on the 2-core machines.

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import operator
 import types
 import typing
@@ -225,7 +226,10 @@ def convert(value: Any, annotation: Any, *, path: str, resolve: Callable | None 
         raise ParameterError(f"expected an integer, got {_shown(value)}", path=path)
     if annotation is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            number = float(value) if abs(value) < 1e308 else math.inf  # ints beyond float's range included
+            if not math.isfinite(number):
+                raise ParameterError(f"expected a finite number, got {_shown(value)}", path=path)
+            return number
         raise ParameterError(f"expected a number, got {_shown(value)}", path=path)
     if annotation is str:
         if isinstance(value, str):
