@@ -6,6 +6,7 @@ User errors end as one line on stderr and exit status 2; tracebacks are for bugs
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import signal
@@ -65,10 +66,16 @@ def build_parser() -> argparse.ArgumentParser:
     resume = commands.add_parser("resume", help="continue a run from its latest checkpoint")
     resume.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run directory")
     resume.set_defaults(handler=cmd_resume)
-    for sub in (listing, run, resume):
+    for module in COMMAND_MODULES:  # each adds its subcommand(s) with a handler; imported lazily by the handler
+        importlib.import_module(module).add_commands(commands)
+    for sub in commands.choices.values():
         sub.add_argument("--strict-plugins", action="store_true", default=argparse.SUPPRESS,
                          help=argparse.SUPPRESS)
     return parser
+
+
+#: Modules with more commands: each has ``add_commands(subparsers)`` and keeps its heavy imports in handlers.
+COMMAND_MODULES: tuple[str, ...] = ()
 
 
 def report_plugin_failures(registry) -> None:
