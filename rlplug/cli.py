@@ -75,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 #: Modules with more commands: each has ``add_commands(subparsers)`` and keeps its heavy imports in handlers.
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = ("rlplug.commands.describe", "rlplug.commands.scaffold",
+                                   "rlplug.commands.evaluate", "rlplug.commands.plot")
 
 
 def report_plugin_failures(registry) -> None:
