@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=Path, help="run directory (default: a fresh one under runs/)")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a recipe value, e.g. --set algorithm.lr=3e-4 (repeatable)")
+    run.add_argument("--seeds", metavar="SEEDS", help="one run per seed, e.g. 0-4 or 1,3,7, under --out/seed-N, "
+                     "then the aggregate (mean, std, interquartile mean) and one plot")
     run.set_defaults(handler=cmd_run)
 
     resume = commands.add_parser("resume", help="continue a run from its latest checkpoint")
@@ -127,6 +129,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from rlplug.registry import get_registry
 
     report_plugin_failures(get_registry())
+    if args.seeds is not None:
+        return run_seeds(args)
     recipe = recipes.load(args.recipe, args.overrides)
     from rlplug.trainer import Run, default_run_dir  # heavy imports only once the recipe is known to be good
 
@@ -136,6 +140,60 @@ def cmd_run(args: argparse.Namespace) -> int:
     except UserError as error:
         raise error.located(file=str(args.recipe)) from None
     return train_until_done_or_stopped(run)
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``0-4`` -> 0..4, ``1,3,7`` -> those, ``5`` -> 5."""
+    seeds: list[int] = []
+    try:
+        for part in text.split(","):
+            low, _, high = part.strip().partition("-")
+            seeds.extend(range(int(low), int(high or low) + 1))
+    except ValueError:
+        raise UserError(f"--seeds {text!r}: expected seeds like 0-4 or 1,3,7") from None
+    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise UserError(f"--seeds {text!r}: expected distinct non-negative seeds like 0-4 or 1,3,7")
+    return seeds
+
+
+def run_seeds(args: argparse.Namespace) -> int:
+    """One run per seed, one after another, under one directory; then the aggregate and one plot."""
+    from rlplug import recipe as recipes
+
+    seeds = parse_seeds(args.seeds)
+    if any(o.strip().startswith("run.seed") for o in args.overrides):
+        raise UserError("--seeds and --set run.seed both choose seeds; give one of them")
+    recipe_by_seed = {seed: recipes.load(args.recipe, [*args.overrides, f"run.seed={seed}"]) for seed in seeds}
+    from rlplug.trainer import Run, check_run_dir, default_run_dir
+
+    out = args.out or default_run_dir(args.recipe)
+    check_run_dir(out)
+    summaries = {}
+    for seed, recipe in recipe_by_seed.items():
+        print(f"seed {seed} ({len(summaries) + 1} of {len(seeds)})", flush=True)
+        run = Run.build(recipe, out / f"seed-{seed}")
+        status = train_until_done_or_stopped(run)
+        if status:
+            return status
+        summaries[seed] = json.loads((run.run_dir / "summary.json").read_text())
+    aggregate = aggregate_returns({seed: s["eval_return_mean"] for seed, s in summaries.items()})
+    (out / "aggregate.json").write_text(json.dumps(aggregate, indent=2) + "\n")
+    from rlplug.commands.plot import plot_runs
+
+    plot = plot_runs([out / f"seed-{seed}" for seed in seeds], out / "curve.png")
+    print(f"eval return over {len(seeds)} seeds: mean {aggregate['mean']:.4g}, std {aggregate['std']:.4g}, "
+          f"interquartile mean {aggregate['iqm']:.4g}; per seed in {out / 'aggregate.json'}, curves in {plot}")
+    return 0
+
+
+def aggregate_returns(returns: dict[int, float]) -> dict:
+    """Mean, standard deviation and interquartile mean (the middle half, rliable's IQM) of final returns."""
+    import numpy as np
+
+    values = np.sort(np.array(list(returns.values()), dtype=float))
+    cut = int(0.25 * len(values))
+    return {"seeds": {str(k): v for k, v in returns.items()}, "mean": float(values.mean()),
+            "std": float(values.std()), "iqm": float(values[cut:len(values) - cut].mean())}
 
 
 def cmd_resume(args: argparse.Namespace) -> int:

@@ -9,6 +9,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from conftest import CANONICAL, run_cli
 
@@ -159,3 +161,32 @@ def test_list_groups_components_by_kind():
 def test_unknown_command_is_a_usage_error():
     result = run_cli("fly")
     assert result.returncode == 2 and "invalid choice" in result.stderr
+
+
+@given(st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=20), st.randoms())
+def test_aggregate_iqm_is_a_robust_middle(returns, rng):
+    from rlplug.cli import aggregate_returns
+
+    shuffled = returns[:]
+    rng.shuffle(shuffled)
+    result = aggregate_returns(dict(enumerate(returns)))
+    assert min(returns) - 1e-6 <= result["iqm"] <= max(returns) + 1e-6
+    assert result["iqm"] == pytest.approx(aggregate_returns(dict(enumerate(shuffled)))["iqm"])
+    if len(returns) < 4:
+        assert result["iqm"] == pytest.approx(result["mean"])
+
+
+@pytest.mark.parametrize("text, seeds", [("0-4", [0, 1, 2, 3, 4]), ("1,3,7", [1, 3, 7]), ("5", [5]), ("0-1,4", [0, 1, 4])])
+def test_seed_lists(text, seeds):
+    from rlplug.cli import parse_seeds
+
+    assert parse_seeds(text) == seeds
+
+
+@pytest.mark.parametrize("text", ["a-b", "3-1", "1,1", "", "-2"])
+def test_bad_seed_lists_are_user_errors(text):
+    from rlplug.cli import parse_seeds
+    from rlplug.errors import UserError
+
+    with pytest.raises(UserError, match="--seeds"):
+        parse_seeds(text)
