@@ -187,7 +187,8 @@ class Run:
         try:
             metrics = self.algorithm.update(batch)
             broken = next((name for name, value in metrics.items() if not math.isfinite(value)), None)
-            if broken is None and not all(bool(torch.isfinite(p).all()) for p in self.algorithm.parameters):
+            parameters = getattr(self.algorithm, "parameters", None) or list(self.algorithm.policy.parameters())
+            if broken is None and not all(bool(torch.isfinite(p).all()) for p in parameters):
                 broken = "a network parameter"
         except NonFiniteError as error:
             broken = error.quantity

@@ -26,7 +26,8 @@ def rlplug_register_envs(register):
 def rlplug_register_algorithms(register):
     """Register algorithm factories; each returns an object with ``policy`` (a TensorDictModule that
     writes ``action``), ``frames_per_batch``, ``update(batch) -> dict[str, float]``, ``state_dict()`` and
-    ``load_state_dict()``.
+    ``load_state_dict()`` (plain tensors and numbers: checkpoints load with ``weights_only=True``), and
+    optionally ``parameters`` (the list checked for NaN after each update; default: the policy's).
 
     Context: ``observation_spec``, ``action_spec``, ``device``, ``seed``, ``total_frames``.
     """
