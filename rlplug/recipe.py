@@ -36,8 +36,11 @@ def device_problem(device: str) -> str | None:
 
 @dataclass(frozen=True)
 class RunSettings:
+    #: seeds Python, numpy, torch and the envs; the same recipe and seed give the same returns
     seed: Annotated[int, Range(ge=0, lt=2**63)] = 0
+    #: env steps to train for, over all envs together
     total_frames: Annotated[int, Range(ge=1)] = 100_000
+    #: the torch device for networks and data: 'cpu', or 'cuda' where there is a GPU
     device: Annotated[str, Check(device_problem)] = "cpu"
     #: torch intra-op threads; one is 5-10x faster than two for small networks on the 2-core machines.
     num_threads: Annotated[int, Range(ge=1)] = 1
@@ -52,6 +55,7 @@ class RunSettings:
 class EvalSettings:
     #: evaluate every this many frames (0: only at the end); always once at the end.
     every_frames: Annotated[int, Range(ge=0)] = 0
+    #: episodes per evaluation (deterministic policy, its own env)
     episodes: Annotated[int, Range(ge=1)] = 10
 
 

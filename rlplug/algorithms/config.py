@@ -29,26 +29,42 @@ class OnPolicyConfig:
     """Options every on-policy algorithm takes; subclasses change defaults and add their own."""
 
 
+    #: the policy network
     policy: Network = "mlp"
+    #: the value network (writes state_value)
     critic: Network = "mlp"
+    #: the estimator that writes `advantage` (and a value target, if it makes one)
     advantage: Estimator = "gae"
+    #: an estimator for `value_target`, run after the advantage one (never changes the advantage);
+    #: unset: the advantage estimator's value target is used
     value_target: Estimator = "from_advantage"
+    #: frames collected (over all envs) for each update
     frames_per_batch: Count = 2048
+    #: passes over each batch per update
     epochs: Count = 10
     #: frames per minibatch; ``num_minibatches``, when given, decides instead
     minibatch_size: Count = 64
+    #: split each batch into this many minibatches (overrides minibatch_size)
     num_minibatches: Count | None = None
+    #: the torch optimiser
     optimizer: OPTIMIZERS = "adam"
+    #: more keyword arguments for the optimiser (betas, eps, weight_decay, ...)
     optimizer_kwargs: dict[str, Any] | None = None
+    #: learning rate
     lr: Positive = 3e-4
+    #: how the learning rate goes over total_frames: constant, linear to 0, or cosine to 0
     lr_schedule: SCHEDULES = "constant"
     #: shorthand for ``lr_schedule = "linear"`` (rl-baselines3-zoo's ``lin_`` learning rates)
     anneal_lr: bool = False
+    #: clip the global gradient norm to this (unset: no clipping)
     max_grad_norm: Positive | None = 0.5
+    #: weight of the entropy bonus in the loss
     entropy_coef: NonNegative = 0.0
+    #: weight of the critic's value loss in the loss
     value_coef: NonNegative = 0.5
     #: clip the new value prediction to within this distance of the value at collection time
     value_clip: Positive | None = None
+    #: standardise advantages (per minibatch, or per batch when it is one minibatch)
     normalize_advantages: bool = True
 
     def schedule(self) -> str:
@@ -69,6 +85,7 @@ class OnPolicyConfig:
 class PPOConfig(OnPolicyConfig):
     """Proximal policy optimisation with the clipped surrogate objective."""
 
+    #: the clip range of the probability ratio
     clip_epsilon: Positive = 0.2
     #: shrink the clip range linearly to 0 over the run (rl-baselines3-zoo's ``lin_`` clip ranges)
     anneal_clip: bool = False

@@ -87,7 +87,9 @@ def wrapper_arguments_problem(wrapper: Wrapper) -> str | None:
 
 
 def make_gym(
+    #: the gymnasium id, e.g. CartPole-v1
     id: Annotated[str, Check(known_gym_id)],
+    #: copies of the env, stepped together in this process
     num_envs: Annotated[int, Range(ge=1)] = 1,
     max_episode_steps: Annotated[int, Range(ge=1)] | None = None,
     kwargs: dict[str, Any] | None = None,
@@ -97,6 +99,7 @@ def make_gym(
     normalize_observations: Literal["none", "fixed", "running"] = "none",
     clip_observations: Annotated[float, Range(gt=0)] | None = None,
     normalize_rewards: bool = False,
+    #: the discount of the return whose running std scales rewards (normalize_rewards)
     reward_gamma: Annotated[float, Range(ge=0, le=1)] = 0.99,
     device: str = "cpu",
 ):

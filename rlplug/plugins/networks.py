@@ -32,11 +32,17 @@ def make_mlp(
     observation_spec,
     action_spec,
     role: str,
+    #: sizes of the hidden layers
     hidden: list[Annotated[int, Range(ge=1)]] = (64, 64),
+    #: the activation after each hidden layer
     activation: Literal["tanh", "relu", "elu", "gelu", "silu"] = "tanh",
+    #: orthogonal initialisation (CleanRL / SB3 gains, zero biases), or torch's default
     init: Init = "orthogonal",
+    #: continuous policies: 'parameter', one learned log-std for every state, or 'state', the network outputs it
     log_std: LogStd = "parameter",
+    #: continuous policies: the initial log-std
     log_std_init: float = 0.0,
+    #: continuous policies: 'tanh' squashes into the action bounds; 'none' is a plain Normal (the env must clip)
     squash: Squash = "tanh",
     device: str = "cpu",
 ):
@@ -51,10 +57,16 @@ def make_sequential(
     observation_spec,
     action_spec,
     role: str,
+    #: the hidden layers as tables: {type = "Linear", out = 64}, {type = "Tanh"}, ...
+    #: (input sizes inferred; the output layer and head are added)
     layers: Annotated[list[dict[str, Any]], Check(layers_problem)] = DEFAULT_LAYERS,
+    #: orthogonal initialisation (CleanRL / SB3 gains, zero biases), or torch's default
     init: Init = "orthogonal",
+    #: continuous policies: 'parameter', one learned log-std for every state, or 'state', the network outputs it
     log_std: LogStd = "parameter",
+    #: continuous policies: the initial log-std
     log_std_init: float = 0.0,
+    #: continuous policies: 'tanh' squashes into the action bounds; 'none' is a plain Normal (the env must clip)
     squash: Squash = "tanh",
     device: str = "cpu",
 ):
