@@ -70,8 +70,12 @@ class Agent:
     @torch.no_grad()
     def select_action(self, observation: np.ndarray, deterministic: bool = True) -> np.ndarray:
         """An action for a numpy observation, or a batch of them, in gymnasium's format (an index for
-        discrete actions). Observations are taken as the env gives them, before any rlplug normalisation."""
+        discrete actions). Observations are taken as a gymnasium env gives them; the recipe's observation
+        normalisation (with the statistics learned so far) is applied here, as in training."""
         view = ActorView.of(self.run.algorithm.policy)
+        normalize = getattr(self.run.env, "normalize_observation", None)
+        if callable(normalize):
+            observation = normalize(observation)
         tensor = torch.as_tensor(np.asarray(observation), dtype=torch.float32)
         single = tensor.ndim == 1
         action, _ = view.act(tensor.unsqueeze(0) if single else tensor, deterministic=deterministic)

@@ -180,9 +180,12 @@ def run_seeds(args: argparse.Namespace) -> int:
     (out / "aggregate.json").write_text(json.dumps(aggregate, indent=2) + "\n")
     from rlplug.commands.plot import plot_runs
 
-    plot = plot_runs([out / f"seed-{seed}" for seed in seeds], out / "curve.png")
+    try:
+        curves = f", curves in {plot_runs([out / f'seed-{seed}' for seed in seeds], out / 'curve.png')}"
+    except UserError as error:  # runs too short to have finished an episode: the numbers still stand
+        curves = f" (no plot: {error})"
     print(f"eval return over {len(seeds)} seeds: mean {aggregate['mean']:.4g}, std {aggregate['std']:.4g}, "
-          f"interquartile mean {aggregate['iqm']:.4g}; per seed in {out / 'aggregate.json'}, curves in {plot}")
+          f"interquartile mean {aggregate['iqm']:.4g}; per seed in {out / 'aggregate.json'}{curves}")
     return 0
 
 

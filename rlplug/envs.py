@@ -263,6 +263,13 @@ class VectorGymEnv(GymWrapper):
         """Statistics from :meth:`statistics` of an env built with the same options (any ``num_envs``)."""
         self.stage.load_state_dict(state)
 
+    def normalize_observation(self, observation: np.ndarray) -> np.ndarray:
+        """One observation batch as the policy sees it: normalised and clipped as the env's own, statistics
+        untouched (for acting on observations from elsewhere: ``Agent.select_action``)."""
+        if not self.stage.transforms_observations:
+            return observation
+        return self.stage._transform(np.asarray(observation, dtype=np.float64))
+
     def set_training(self, training: bool = True) -> None:
         """``False``: statistics frozen and rewards unscaled (evaluation); ``True``: statistics updated."""
         self.stage.training = bool(training)

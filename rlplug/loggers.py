@@ -7,6 +7,7 @@ A logger has ``log(metrics, frames)``, called after every update (and after ever
 from __future__ import annotations
 
 import csv
+import os
 import time
 from pathlib import Path
 
@@ -110,3 +111,138 @@ class CSVLogger:
     def close(self, summary: dict) -> None:
         if self.file is not None:
             self.file.close()
+
+
+#: Where the wandb logger keeps its run's id, so that a resumed run logs to the same W&B run.
+WANDB_ID_FILE = "wandb-run-id"
+
+
+def wandb_logged_in() -> bool:
+    """Whether W&B credentials are at hand, read locally (never over the network): ``WANDB_API_KEY`` or
+    ``WANDB_IDENTITY_TOKEN_FILE`` set, or a ``.netrc`` entry (what ``wandb login`` writes) for the server."""
+    import netrc
+    from urllib.parse import urlsplit
+
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return True
+    host = urlsplit(os.environ.get("WANDB_BASE_URL") or _wandb_configured_base_url() or "https://api.wandb.ai").netloc
+    candidates = [Path(os.environ["NETRC"]).expanduser()] if os.environ.get("NETRC") else \
+        [Path("~/.netrc").expanduser(), Path("~/_netrc").expanduser()]
+    for path in candidates:
+        try:
+            credentials = netrc.netrc(path).authenticators(host)
+        except (OSError, netrc.NetrcParseError):
+            continue
+        if credentials and credentials[2]:
+            return True
+    return False
+
+
+def _wandb_configured_base_url() -> str | None:
+    """The server ``wandb login --host`` chose, from wandb's settings file, if any."""
+    import configparser
+
+    settings = configparser.ConfigParser()
+    try:
+        settings.read(Path(os.environ.get("WANDB_CONFIG_DIR") or "~/.config/wandb").expanduser() / "settings")
+    except (OSError, configparser.Error):
+        return None
+    return settings.get("default", "base_url", fallback=None)
+
+
+def wandb_mode(mode: str | None) -> str | None:
+    """The mode a wandb run starts in: the recipe's when it sets one; else, where ``WANDB_MODE`` is set or
+    the user is logged in, None (wandb decides: ``WANDB_MODE``, ``wandb offline``/``wandb online``, online);
+    else "offline": without credentials an online run could only fail, after waiting for the server."""
+    if mode is not None:
+        return mode
+    if os.environ.get("WANDB_MODE") or wandb_logged_in():
+        return None
+    return "offline"
+
+
+class WandbLogger:
+    """Every metric to a Weights & Biases run, with the resolved recipe as its config.
+
+    The run's files go to ``run_dir/wandb`` (``offline-run-*`` in offline mode: ``wandb sync`` uploads
+    them later). Its id is kept in ``run_dir/wandb-run-id``; a run that goes on (``frames > 0``: resumed,
+    or trained on) continues the same W&B run. Steps are frame counts. No credentials are written.
+
+    An online run whose server cannot be reached fails before training, after wandb's ``init_timeout`` (90 s;
+    ``WANDB_INIT_TIMEOUT``), saying to log in or choose offline mode.
+    """
+
+    def __init__(self, run_dir: Path, *, start_frames: int = 0, project: str = "rlplug", entity: str | None = None,
+                 group: str | None = None, tags: tuple[str, ...] | list[str] = (), mode: str | None = None,
+                 name: str | None = None):
+        import secrets
+        import string
+        import tomllib
+
+        import wandb
+
+        from rlplug.errors import UserError
+
+        run_dir = Path(run_dir)
+        id_file = run_dir / WANDB_ID_FILE
+        previous = id_file.read_text().strip() if start_frames > 0 and id_file.exists() else ""
+        run_id = previous or "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
+        id_file.write_text(run_id + "\n")
+        recipe = run_dir / "recipe.toml"
+        options = dict(
+            project=project, entity=entity, group=group, tags=list(tags) or None, name=name or run_dir.name,
+            dir=str(run_dir), config=tomllib.loads(recipe.read_text()) if recipe.exists() else {}, id=run_id,
+            resume="allow" if previous else None,
+            reinit="create_new",  # a run of the user's own, already going, is left alone
+        )
+        chosen = wandb_mode(mode)
+        if chosen in ("offline", "disabled"):
+            _disable_wandb_analytics()
+        try:
+            self.run = wandb.init(mode=chosen, **options)
+        except wandb.Error as error:
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise UserError(f"wandb logger: could not start a W&B run ({reason}); check the server can be reached "
+                            f"and the login (`wandb login`), or log offline: mode = \"offline\" in the logger's "
+                            f"table, or WANDB_MODE=offline") from None
+
+    def log(self, metrics: dict[str, float], frames: int) -> None:
+        self.run.log(dict(metrics), step=frames)
+
+    def close(self, summary: dict) -> None:
+        self.run.summary.update({key: value for key, value in summary.items() if value is not None})
+        self.run.finish(exit_code=0 if summary.get("status") in ("finished", "paused") else 1)
+
+
+def _disable_wandb_analytics() -> None:
+    """Stop wandb's own usage analytics, which (wandb 0.31) read the process-wide settings rather than the
+    run's: an offline run would otherwise still post them to ``WANDB_BASE_URL`` at exit."""
+    try:
+        from wandb.analytics.opentelemetry.opentelemetry_proxy import disable
+    except ImportError:  # another wandb version: nothing of the kind there
+        return
+    disable()
+
+
+class TensorBoardLogger:
+    """Every metric as a TensorBoard scalar at ``global_step = frames``, in ``log_dir``.
+
+    A run that goes on from ``start_frames`` (resumed from a checkpoint) writes a new event file whose
+    first event tells TensorBoard to hide what an earlier file logged after that frame (``purge_step``):
+    the steps a killed run logged after its last checkpoint, which the resumed run logs again.
+    """
+
+    def __init__(self, log_dir: Path, *, start_frames: int = 0, flush_seconds: float = 10.0):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir=str(log_dir), purge_step=start_frames + 1 if start_frames > 0 else None,
+                                    flush_secs=flush_seconds)
+
+    def log(self, metrics: dict[str, float], frames: int) -> None:
+        for key, value in metrics.items():
+            if isinstance(value, (int, float)):
+                self.writer.add_scalar(key, value, global_step=frames)
+
+    def close(self, summary: dict) -> None:
+        self.writer.flush()
+        self.writer.close()

@@ -118,12 +118,13 @@ class Run:
         ensure_writable(self.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         write_atomically(self.run_dir / "recipe.toml", tomli_w.dumps(recipe.resolved()).encode())
-        loggers = [logger.build(run_dir=self.run_dir, total_frames=settings.total_frames, frames=self.frames)
-                   for logger in recipe.loggers]
+        loggers: list = []
         started, frames_before = time.perf_counter(), self.frames
         summary: dict[str, Any] = {"status": "failed"}
         self.stop_reason = None
         try:
+            for logger in recipe.loggers:  # inside the try: one that fails to start still gets the others closed
+                loggers.append(logger.build(run_dir=self.run_dir, total_frames=settings.total_frames, frames=self.frames))
             while self.frames < stop_frames and (stop_episodes is None or tracker.episodes < stop_episodes) \
                     and (stop_iters is None or self.iterations < stop_iters) and self.stop_reason is None:
                 batch = self.collector.collect()

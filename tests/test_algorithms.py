@@ -111,3 +111,16 @@ def test_advantage_comes_from_the_advantage_estimator_only(tmp_path):
     td_lambda = rlplug.make("estimator", "td-lambda", gamma=0.9, lmbda=0.5)(batch.copy())
     torch.testing.assert_close(batch.get("advantage"), gae.get("advantage"))
     torch.testing.assert_close(batch.get("value_target"), td_lambda.get("value_target"))
+
+
+def test_select_action_sees_observations_as_training_did(tmp_path):
+    agent = agent_for(tmp_path, {"use": "ppo"}, env={"normalize_observations": "running"})
+    agent.train(max_frames=256)
+    observation = torch.tensor([[2.0, -1.0, 0.2, 0.5]]).numpy()
+    from rlplug.acting import ActorView
+
+    view = ActorView.of(agent.run.algorithm.policy)
+    normalized = torch.as_tensor(agent.run.env.normalize_observation(observation), dtype=torch.float32)
+    assert not torch.allclose(normalized, torch.as_tensor(observation)), "statistics were learned"
+    expected, _ = view.act(normalized, deterministic=True)
+    assert (agent.select_action(observation) == expected.argmax(-1).numpy()).all()

@@ -190,3 +190,19 @@ def test_bad_seed_lists_are_user_errors(text):
 
     with pytest.raises(UserError, match="--seeds"):
         parse_seeds(text)
+
+
+def test_run_with_seeds_writes_each_run_the_aggregate_and_a_plot(tmp_path):
+    out = tmp_path / "seeds"
+    result = run_cli("run", str(CANONICAL), "--out", str(out), "--seeds", "0-1", "--set", "run.total_frames=1024",
+                     "--set", "eval.episodes=2")
+    assert result.returncode == 0, result.stderr
+    aggregate = json.loads((out / "aggregate.json").read_text())
+    assert set(aggregate["seeds"]) == {"0", "1"}
+    for seed in (0, 1):
+        summary = json.loads((out / f"seed-{seed}" / "summary.json").read_text())
+        assert summary["seed"] == seed and aggregate["seeds"][str(seed)] == summary["eval_return_mean"]
+    assert (out / "curve.png").read_bytes()[:4] == b"\x89PNG"
+    assert "interquartile mean" in result.stdout
+    conflict = run_cli("run", str(CANONICAL), "--out", str(tmp_path / "x"), "--seeds", "0-1", "--set", "run.seed=3")
+    assert conflict.returncode == 2 and "--seeds" in conflict.stderr

@@ -1,8 +1,9 @@
-"""Built-in loggers: the console (progress and a final summary) and a CSV file of metrics."""
+"""Built-in loggers: the console (progress and a final summary), a CSV file of metrics, Weights & Biases
+and TensorBoard (the last two need ``pip install rlplug[logging]``; imported only when a run uses them)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import rlplug
 from rlplug.registry.params import Range
@@ -22,7 +23,44 @@ def make_csv(run_dir, frames: int = 0, filename: str = "metrics.csv"):
     return CSVLogger(run_dir / filename, start_frames=frames)
 
 
+def make_wandb(run_dir, frames: int = 0, project: str = "rlplug", entity: str | None = None,
+               group: str | None = None, tags: list[str] = (), name: str | None = None,
+               mode: Literal["offline", "online", "disabled"] | None = None):
+    """Weights & Biases: every metric (step = frames), the resolved recipe as config, the summary at the end.
+
+    Files go to the run directory's ``wandb/``. ``mode`` unset: ``WANDB_MODE`` where it is set, else online
+    when logged in (``wandb login`` or ``WANDB_API_KEY``), else offline (``wandb sync`` uploads later).
+    ``name`` unset: the run directory's name. A resumed run continues the same W&B run.
+    """
+    from rlplug.loggers import WandbLogger
+
+    _require("wandb", "wandb")
+    return WandbLogger(run_dir, start_frames=frames, project=project, entity=entity, group=group, tags=tags,
+                       mode=mode, name=name)
+
+
+def make_tensorboard(run_dir, frames: int = 0):
+    """TensorBoard: every metric as a scalar at step = frames, in the run directory's ``tensorboard/``."""
+    from rlplug.loggers import TensorBoardLogger
+
+    _require("tensorboard", "tensorboard")
+    return TensorBoardLogger(run_dir / "tensorboard", start_frames=frames)
+
+
+def _require(module: str, package: str) -> None:
+    """A clear error, before training, when a logger's package is not installed."""
+    import importlib.util
+
+    from rlplug.errors import UserError
+
+    if importlib.util.find_spec(module) is None:
+        raise UserError(f"the {package} logger needs the '{package}' package: pip install {package} "
+                        f"(or rlplug[logging])")
+
+
 @rlplug.hookimpl
 def rlplug_register_loggers(register):
     register("console", make_console)
     register("csv", make_csv)
+    register("wandb", make_wandb)
+    register("tensorboard", make_tensorboard)
