@@ -9,7 +9,7 @@ from rlplug.components import Algorithm, Component, Env, Estimator, Logger, Netw
 from rlplug.errors import UserError
 from rlplug.registry import get_registry, make
 from rlplug.registry.hookspecs import hookimpl
-from rlplug.registry.params import CONTEXT_NAMES, Check, Range
+from rlplug.registry.params import CONTEXT_NAMES, Check, Range, Unbounded
 
 __version__ = "0.1.0"
 
@@ -23,6 +23,6 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "Agent", "hookimpl", "make", "get_registry", "UserError", "Range", "Check", "CONTEXT_NAMES",
+    "Agent", "hookimpl", "make", "get_registry", "UserError", "Range", "Check", "Unbounded", "CONTEXT_NAMES",
     "Component", "Env", "Algorithm", "Estimator", "Logger", "Network",
 ]

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rlplug.errors import ParameterError
-from rlplug.registry.params import Range, Schema, convert, validate
+from rlplug.registry.params import Range, Schema, Unbounded, convert, validate
 
 
 def factory(
@@ -93,3 +93,15 @@ def test_dataclass_tables_are_checked_field_by_field():
     with pytest.raises(ParameterError) as caught:
         convert({"sed": 4}, Settings, path="run")
     assert caught.value.path == "run.sed" and "did you mean 'seed'" in caught.value.message
+
+
+def limit(clip: Annotated[float, Range(gt=0.0), Unbounded()] = 1.0, lr: float = 1.0):
+    return locals()
+
+
+def test_infinity_only_where_it_means_no_limit():
+    schema = Schema.of(limit)
+    assert validate(schema, {"clip": float("inf")}, what="x")["clip"] == float("inf")
+    for bad in ({"clip": float("nan")}, {"lr": float("inf")}, {"clip": -float("inf")}):
+        with pytest.raises(ParameterError):
+            validate(schema, bad, what="x")

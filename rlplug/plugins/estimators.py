@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Annotated
 
 import rlplug
-from rlplug.registry.params import Range
+from rlplug.registry.params import Range, Unbounded
 
 Discount = Annotated[float, Range(ge=0.0, le=1.0)]
 #: an importance-weight clip; inf turns clipping off
-Clip = Annotated[float, Range(gt=0.0)]
+Clip = Annotated[float, Range(gt=0.0), Unbounded()]
 
 
 def make_gae(gamma: Discount = 0.99, lmbda: Discount = 0.95):

@@ -58,6 +58,15 @@ class Range:
 
 
 @dataclass(frozen=True)
+class Unbounded:
+    """A marker for ``Annotated[float, Unbounded(), ...]``: ``inf`` means "no limit" here, so it is accepted
+    (numbers are otherwise finite)."""
+
+    def check(self, value: Any) -> str | None:
+        return None
+
+
+@dataclass(frozen=True)
 class Check:
     """Any other rule: ``Annotated[str, Check(fn)]`` where ``fn(value)`` returns the problem or None."""
 
@@ -164,7 +173,10 @@ def convert(value: Any, annotation: Any, *, path: str, resolve: Callable | None 
     if annotation is Any or annotation is REQUIRED:
         return value
     if origin is Annotated:
-        result = convert(value, args[0], path=path, resolve=resolve)
+        if any(isinstance(rule, Unbounded) for rule in args[1:]) and isinstance(value, float) and math.isinf(value):
+            result = value
+        else:
+            result = convert(value, args[0], path=path, resolve=resolve)
         for rule in args[1:]:
             problem = rule.check(result) if hasattr(rule, "check") else None
             if problem:
