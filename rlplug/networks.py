@@ -100,6 +100,26 @@ class StateIndependentScale(nn.Module):
         return loc, self.log_std.exp().expand_as(loc)
 
 
+def share_body(policy: nn.Module, critic: nn.Module) -> None:
+    """Make ``critic`` compute its value from the policy's hidden layers (one body, two heads): the critic's
+    own hidden layers are replaced by the policy's, so both losses train them. Both networks must be built
+    by :func:`with_head` with the same hidden layers."""
+    policy_trunk, critic_trunk = _trunk(policy), _trunk(critic)
+    shapes = [[tuple(p.shape) for p in layer.parameters()] for layer in policy_trunk[:-1]]
+    if shapes != [[tuple(p.shape) for p in layer.parameters()] for layer in critic_trunk[:-1]]:
+        raise ValueError("shared_body needs a policy and a critic with the same hidden layers")
+    for index in range(len(policy_trunk) - 1):
+        critic_trunk[index] = policy_trunk[index]
+
+
+def _trunk(network: nn.Module) -> nn.Sequential:
+    """The body-and-output-layer ``nn.Sequential`` :func:`with_head` builds, wherever the head put it."""
+    for module in network.modules():
+        if isinstance(module, nn.Sequential) and len(module) > 1 and isinstance(module[-1], nn.Linear):
+            return module
+    raise ValueError("shared_body needs networks built by rlplug.networks.with_head (mlp, sequential)")
+
+
 def wrap(trunk: nn.Module, *, role: str, observation_spec: Composite, action_spec: TensorSpec,
          log_std: LogStd = "state", log_std_init: float = 0.0, squash: Squash = "tanh") -> TensorDictModule:
     """The TensorDict module for ``role`` around ``trunk`` (which outputs ``output_size(role, action_spec,

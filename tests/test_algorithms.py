@@ -124,3 +124,15 @@ def test_select_action_sees_observations_as_training_did(tmp_path):
     assert not torch.allclose(normalized, torch.as_tensor(observation)), "statistics were learned"
     expected, _ = view.act(normalized, deterministic=True)
     assert (agent.select_action(observation) == expected.argmax(-1).numpy()).all()
+
+
+def test_shared_body_trains_one_set_of_hidden_layers(tmp_path):
+    agent = agent_for(tmp_path, {"use": "a2c", "shared_body": True})
+    algorithm = agent.run.algorithm
+    shared = {id(p) for p in algorithm.policy.parameters()} & {id(p) for p in algorithm.critic.parameters()}
+    assert len(shared) == 4, "two hidden Linear layers: two weights and two biases"
+    separate = agent_for(tmp_path / "separate", {"use": "a2c"}).run.algorithm
+    assert len(algorithm.parameters) == len(separate.parameters) - 4
+    assert agent.train()["status"] == "finished"
+    with pytest.raises(rlplug.UserError, match="shared_body"):
+        agent_for(tmp_path / "mismatch", {"use": "a2c", "shared_body": True, "critic": {"use": "mlp", "hidden": [32]}})

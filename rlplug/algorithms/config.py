@@ -33,6 +33,9 @@ class OnPolicyConfig:
     policy: Network = "mlp"
     #: the value network (writes state_value)
     critic: Network = "mlp"
+    #: the critic computes its value from the policy's hidden layers (one body, two heads; the critic
+    #: network's own hidden layers must match and are dropped); value_coef weighs the two losses on it
+    shared_body: bool = False
     #: the estimator that writes `advantage` (and a value target, if it makes one)
     advantage: Estimator = "gae"
     #: an estimator for `value_target`, run after the advantage one (never changes the advantage);

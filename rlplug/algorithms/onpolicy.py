@@ -23,6 +23,7 @@ from tensordict.nn import TensorDictModuleBase
 from rlplug.acting import ActorView, value_function
 from rlplug.algorithms.config import OnPolicyConfig
 from rlplug.errors import UserError
+from rlplug.networks import share_body
 from rlplug.training import MetricMean, make_optimizer, minibatches, optimiser_step, scheduled_lr, set_learning_rate
 
 class OnPolicy:
@@ -38,6 +39,11 @@ class OnPolicy:
         self.policy: TensorDictModuleBase = config.policy.build(role="policy", **specs)
         self.actor = ActorView.of(self.policy)
         self.critic = config.critic.build(role="value", **specs) if self.uses_critic else None
+        if self.critic is not None and config.shared_body:
+            try:
+                share_body(self.policy, self.critic)
+            except ValueError as error:
+                raise UserError(str(error), path="algorithm.shared_body") from None
         self.value = value_function(self.critic, self.actor.observation_key) if self.critic else None
         #: (estimator, the keys taken from it): the advantage estimator may give a value target too (``mc``,
         #: ``td-lambda``...), used unless a ``value_target`` estimator is set, which never changes the advantage.
