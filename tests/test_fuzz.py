@@ -115,3 +115,28 @@ def test_numbers_out_of_any_range(tmp_path, text):
 
 def test_dumped_canonical_recipe_round_trips():
     assert recipes.validate(tomllib.loads(tomli_w.dumps(CANONICAL_DATA)))
+
+
+@FUZZ
+@given(documents)
+def test_random_documents_as_files(tmp_path, document):
+    path = tmp_path / "fuzz.toml"
+    try:
+        path.write_text(tomli_w.dumps(document))
+    except (TypeError, ValueError):
+        return  # a document tomli_w cannot write (nan keys and the like) is no TOML file
+    try:
+        recipes.load(path)
+    except UserError as error:
+        assert str(error).startswith(str(path)) and "\n" not in str(error)
+
+
+@FUZZ
+@given(st.binary(max_size=200) | st.text(max_size=200))
+def test_random_bytes_as_files(tmp_path, content):
+    path = tmp_path / "fuzz.toml"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8", "surrogatepass"))
+    try:
+        recipes.load(path)
+    except UserError as error:
+        assert "\n" not in str(error)
