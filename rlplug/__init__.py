@@ -5,7 +5,7 @@ annotations (:class:`Network`, :class:`Estimator`, ...) and parameter checks (:c
 :class:`Check`) a factory signature may use, and :class:`UserError`.
 """
 
-from rlplug.components import Algorithm, Component, Env, Estimator, Logger, Network
+from rlplug.components import Algorithm, Component, Env, Estimator, Logger, Network, Noise, Preprocessor, ReplayBuffer
 from rlplug.errors import UserError
 from rlplug.registry import get_registry, make
 from rlplug.registry.hookspecs import hookimpl
@@ -24,5 +24,5 @@ def __getattr__(name: str):
 
 __all__ = [
     "Agent", "hookimpl", "make", "get_registry", "UserError", "Range", "Check", "Unbounded", "CONTEXT_NAMES",
-    "Component", "Env", "Algorithm", "Estimator", "Logger", "Network",
+    "Component", "Env", "Algorithm", "Estimator", "Logger", "Network", "ReplayBuffer", "Noise", "Preprocessor",
 ]

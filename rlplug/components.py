@@ -71,5 +71,19 @@ class Network(Component):
     kind = "network"
 
 
+class ReplayBuffer(Component):
+    kind = "replay_buffer"
+
+
+class Noise(Component):
+    kind = "noise"
+
+
+class Preprocessor(Component):
+    kind = "preprocessor"
+
+
 #: kind name -> annotation class, for the kinds that hooks register.
-COMPONENT_TYPES: dict[str, type[Component]] = {c.kind: c for c in (Env, Algorithm, Estimator, Logger, Network)}
+COMPONENT_TYPES: dict[str, type[Component]] = {
+    c.kind: c for c in (Env, Algorithm, Estimator, Logger, Network, ReplayBuffer, Noise, Preprocessor)
+}

@@ -62,6 +62,37 @@ def rlplug_register_networks(register):
     """
 
 
+@hookspec
+def rlplug_register_replay_buffers(register):
+    """Register replay buffer factories; each returns an object with ``extend(batch)`` (a TensorDict of
+    transitions, any batch shape: flattened), ``sample(batch_size) -> TensorDict``, ``__len__``,
+    ``state_dict()`` / ``load_state_dict()`` (plain tensors and numbers), and, for prioritised buffers,
+    ``update_priority(index, priority)`` with the ``index`` key of a sample (which then also holds ``weight``).
+
+    Context: ``device``, ``run_dir``, ``seed``.
+    """
+
+
+@hookspec
+def rlplug_register_noises(register):
+    """Register exploration noise factories; each returns a TensorDict module that adds noise to ``action``
+    while the exploration type is random (not in deterministic evaluation) and keeps the action within
+    the spec, with ``step(frames)`` advancing its schedule and ``state_dict()`` / ``load_state_dict()``.
+
+    Context: ``action_spec``, ``device``, ``total_frames``.
+    """
+
+
+@hookspec
+def rlplug_register_preprocessors(register):
+    """Register preprocessor factories (observation scalers and the like); each returns an ``nn.Module``
+    mapping a tensor to a tensor, updating its statistics only in ``train()`` mode, with its statistics in
+    ``state_dict()``.
+
+    Context: ``observation_spec``, ``device``.
+    """
+
+
 #: kind name -> hook name, the single list of kinds.
 HOOKS = {
     "env": "rlplug_register_envs",
@@ -69,4 +100,7 @@ HOOKS = {
     "estimator": "rlplug_register_estimators",
     "logger": "rlplug_register_loggers",
     "network": "rlplug_register_networks",
+    "replay_buffer": "rlplug_register_replay_buffers",
+    "noise": "rlplug_register_noises",
+    "preprocessor": "rlplug_register_preprocessors",
 }

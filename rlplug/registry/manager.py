@@ -32,6 +32,9 @@ BUILTIN_MODULES = (
     "rlplug.plugins.estimators",
     "rlplug.plugins.algorithms",
     "rlplug.plugins.loggers",
+    "rlplug.plugins.replay_buffers",
+    "rlplug.plugins.noises",
+    "rlplug.plugins.preprocessors",
 )
 
 _cache: dict[bool, Registry] = {}
