@@ -1,7 +1,8 @@
 """Logger implementations behind the built-in logger plugins.
 
 A logger has ``log(metrics, frames)``, called after every update (and after every evaluation), and
-``close(summary)``, called once at the end, also when the run fails (``summary["status"]`` says so).
+``close(summary)``, called once at the end, also when the run fails (``summary["status"]`` says so); it
+may have ``log_video(path, frames)``, called with each evaluation video when ``eval.video = true``.
 """
 
 from __future__ import annotations
@@ -208,6 +209,12 @@ class WandbLogger:
 
     def log(self, metrics: dict[str, float], frames: int) -> None:
         self.run.log(dict(metrics), step=frames)
+
+    def log_video(self, path: Path, frames: int) -> None:
+        """An evaluation video (``eval.video = true``), shown in the run's media panel."""
+        import wandb
+
+        self.run.log({"eval_video": wandb.Video(str(path), format="mp4")}, step=frames)
 
     def close(self, summary: dict) -> None:
         self.run.summary.update({key: value for key, value in summary.items() if value is not None})

@@ -78,6 +78,7 @@ class Run:
     train_seconds: float = 0.0
     eval_returns: list[float] = field(default_factory=list)
     stop_reason: str | None = None
+    video_env: Any = None
 
     @classmethod
     def build(cls, recipe: Recipe, run_dir: Path, *, resuming: bool = False) -> "Run":
@@ -95,7 +96,12 @@ class Run:
         )
         collector = Collector(env, algorithm.policy, algorithm.frames_per_batch, seed=settings.seed)
         ensure_writable(run_dir)
-        return cls(recipe, run_dir, env, eval_env, algorithm, collector)
+        run = cls(recipe, run_dir, env, eval_env, algorithm, collector)
+        if recipe.eval.video:  # opened now: an env that cannot render is a clear error before any training
+            from rlplug.commands.evaluate import open_video_env
+
+            run.video_env = open_video_env(recipe, {})
+        return run
 
     def train(self, max_frames: int | None = None, max_episodes: int | None = None, max_iters: int | None = None,
               eval_every: int | None = None) -> dict[str, Any]:
@@ -234,7 +240,24 @@ class Run:
                                      seed=self.recipe.run.seed + 10_000)
         _log(loggers, {"eval_return_mean": float(np.mean(self.eval_returns)),
                        "eval_return_std": float(np.std(self.eval_returns))}, self.frames)
+        if self.video_env is not None:
+            self.film_evaluation(loggers, statistics)
         return self.eval_returns
+
+    def film_evaluation(self, loggers: list, statistics: dict[str, Any]) -> Path:
+        """One deterministic episode, filmed, from the evaluation's first start state; handed to loggers."""
+        from rlplug.commands.evaluate import env_name, record_video
+
+        if statistics:
+            self.video_env.load_statistics(statistics)
+            self.video_env.set_training(False)
+        path = self.run_dir / "videos" / f"frames-{self.frames:012d}.mp4"
+        record_video(self.video_env, self.algorithm.policy, path, env_id=env_name(self.recipe), episodes=1,
+                     seed=self.recipe.run.seed + 10_000)
+        for logger in loggers:
+            if callable(getattr(logger, "log_video", None)):
+                logger.log_video(path, self.frames)
+        return path
 
     def state_dict(self) -> dict[str, Any]:
         """Everything a checkpoint holds: plain tensors and numbers, loadable with ``weights_only=True``."""

@@ -213,3 +213,17 @@ def test_plot_errors_are_one_line(runs, tmp_path):
     (empty_metric / "metrics.csv").write_text("frames,fps,episode_return\n256,1000,\n512,1000,\n")
     one_line_error(run_cli("plot", str(empty_metric), "-o", out), "no values of episode_return")
     assert not Path(out).exists()
+
+
+def test_evaluation_videos_during_training_reach_wandb(tmp_path):
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(CANONICAL.read_text().replace('use = "csv"', 'use = "wandb"'))
+    out = tmp_path / "run"
+    result = run_cli("run", str(recipe), "--out", str(out), "--set", "run.total_frames=1024",
+                     "--set", "eval.every_frames=512", "--set", "eval.video=true", "--set", "eval.episodes=1",
+                     env={"HOME": str(tmp_path), "WANDB_BASE_URL": "http://127.0.0.1:9"})
+    assert result.returncode == 0, result.stderr
+    videos = sorted((out / "videos").iterdir())
+    assert [v.name for v in videos] == [f"frames-{512:012d}.mp4", f"frames-{1024:012d}.mp4"]
+    assert all(v.read_bytes()[4:8] == b"ftyp" for v in videos)
+    assert len(list((out / "wandb").rglob("media/videos/eval_video_*.mp4"))) == 2
