@@ -239,16 +239,24 @@ class TensorBoardLogger:
     the steps a killed run logged after its last checkpoint, which the resumed run logs again.
     """
 
-    def __init__(self, log_dir: Path, *, start_frames: int = 0, flush_seconds: float = 10.0):
+    def __init__(self, log_dir: Path, *, start_frames: int = 0, flush_seconds: float = 10.0,
+                 networks: dict | None = None):
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer = SummaryWriter(log_dir=str(log_dir), purge_step=start_frames + 1 if start_frames > 0 else None,
                                     flush_secs=flush_seconds)
+        self.networks = networks or {}
 
     def log(self, metrics: dict[str, float], frames: int) -> None:
         for key, value in metrics.items():
             if isinstance(value, (int, float)):
                 self.writer.add_scalar(key, value, global_step=frames)
+        if self.networks and "eval_return_mean" in metrics:  # at evaluations: often enough to watch, cheap
+            for network_name, network in self.networks.items():
+                for name, parameter in network.named_parameters():
+                    self.writer.add_histogram(f"weights/{network_name}.{name}", parameter.detach(), frames)
+                    if parameter.grad is not None:
+                        self.writer.add_histogram(f"gradients/{network_name}.{name}", parameter.grad, frames)
 
     def close(self, summary: dict) -> None:
         self.writer.flush()

@@ -130,7 +130,8 @@ class Run:
         self.stop_reason = None
         try:
             for logger in recipe.loggers:  # inside the try: one that fails to start still gets the others closed
-                loggers.append(logger.build(run_dir=self.run_dir, total_frames=settings.total_frames, frames=self.frames))
+                loggers.append(logger.build(run_dir=self.run_dir, total_frames=settings.total_frames, frames=self.frames,
+                                            networks=self.networks()))
             while self.frames < stop_frames and (stop_episodes is None or tracker.episodes < stop_episodes) \
                     and (stop_iters is None or self.iterations < stop_iters) and self.stop_reason is None:
                 batch = self.collector.collect()
@@ -183,6 +184,11 @@ class Run:
         run = cls.build(validate(state["recipe"], file=str(checkpoint)), run_dir, resuming=True)
         run.load_state_dict(state)
         return run
+
+    def networks(self) -> dict[str, torch.nn.Module]:
+        """The algorithm's networks by name, for loggers that record weights."""
+        candidates = {name: getattr(self.algorithm, name, None) for name in ("policy", "critic")}
+        return {name: module for name, module in candidates.items() if isinstance(module, torch.nn.Module)}
 
     def request_stop(self, reason: str) -> None:
         """Stop after the current iteration, with a checkpoint (safe to call from a signal handler)."""

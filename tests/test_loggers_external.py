@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from conftest import CANONICAL, ROOT
+from conftest import CANONICAL, ROOT, run_cli
 
 pytest.importorskip("wandb")
 pytest.importorskip("tensorboard")
@@ -310,3 +310,17 @@ def test_tensorboard_hides_what_a_killed_run_logged_after_the_checkpoint_it_resu
     series = scalars(tmp_path)
     assert series["fps"] == [(100, 100.0), (200, 200.0), (300, 301.0)]
     assert [step for step, _ in series["episodes"]] == [100, 200, 300]
+
+
+def test_tensorboard_histograms_on_request(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(CANONICAL.read_text().replace('use = "csv"', 'use = "tensorboard"\nhistograms = true'))
+    out = tmp_path / "run"
+    result = run_cli("run", str(recipe), "--out", str(out), "--set", "run.total_frames=512", "--set", "eval.episodes=1")
+    assert result.returncode == 0, result.stderr
+    events = EventAccumulator(str(out / "tensorboard"), size_guidance={"histograms": 0})
+    events.Reload()
+    tags = events.Tags()["histograms"]
+    assert any(t.startswith("weights/policy.") for t in tags) and any(t.startswith("gradients/critic.") for t in tags)

@@ -39,12 +39,19 @@ def make_wandb(run_dir, frames: int = 0, project: str = "rlplug", entity: str | 
                        mode=mode, name=name)
 
 
-def make_tensorboard(run_dir, frames: int = 0):
+def make_tensorboard(
+    run_dir,
+    frames: int = 0,
+    networks=None,
+    #: also write histograms of every network weight and its gradient, at each evaluation
+    histograms: bool = False,
+):
     """TensorBoard: every metric as a scalar at step = frames, in the run directory's ``tensorboard/``."""
     from rlplug.loggers import TensorBoardLogger
 
     _require("tensorboard", "tensorboard")
-    return TensorBoardLogger(run_dir / "tensorboard", start_frames=frames)
+    return TensorBoardLogger(run_dir / "tensorboard", start_frames=frames,
+                             networks=(networks or {}) if histograms else {})
 
 
 def _require(module: str, package: str) -> None:

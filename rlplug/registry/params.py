@@ -35,6 +35,7 @@ CONTEXT_NAMES = {
     "seed": "the run's seed (run.seed)",
     "total_frames": "the run's frame budget (run.total_frames), for schedules",
     "frames": "the frame count training starts from (0, or where a resumed run goes on), for loggers",
+    "networks": "the algorithm's networks by name (policy, critic), for loggers that record weights",
     "run_dir": "the run directory (a pathlib.Path), for loggers that write files",
 }
 
