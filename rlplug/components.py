@@ -83,7 +83,11 @@ class Preprocessor(Component):
     kind = "preprocessor"
 
 
+class Runner(Component):
+    kind = "runner"
+
+
 #: kind name -> annotation class, for the kinds that hooks register.
 COMPONENT_TYPES: dict[str, type[Component]] = {
-    c.kind: c for c in (Env, Algorithm, Estimator, Logger, Network, ReplayBuffer, Noise, Preprocessor)
+    c.kind: c for c in (Env, Algorithm, Estimator, Logger, Network, ReplayBuffer, Noise, Preprocessor, Runner)
 }

@@ -93,6 +93,17 @@ def rlplug_register_preprocessors(register):
     """
 
 
+@hookspec
+def rlplug_register_runners(register):
+    """Register runner factories: how a run collects its experience, in this process (``local``) or on
+    workers elsewhere (``ray``). A runner's ``collector(env, policy, frames_per_batch, seed)`` returns an
+    object with ``collect() -> TensorDict`` (``[envs, time]``, TorchRL's layout), ``tracker`` (episode
+    returns), ``restart(seed)``, ``sync_weights()`` and ``shutdown()``.
+
+    Context: ``device``, ``seed``.
+    """
+
+
 #: kind name -> hook name, the single list of kinds.
 HOOKS = {
     "env": "rlplug_register_envs",
@@ -103,4 +114,5 @@ HOOKS = {
     "replay_buffer": "rlplug_register_replay_buffers",
     "noise": "rlplug_register_noises",
     "preprocessor": "rlplug_register_preprocessors",
+    "runner": "rlplug_register_runners",
 }

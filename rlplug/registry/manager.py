@@ -35,6 +35,7 @@ BUILTIN_MODULES = (
     "rlplug.plugins.replay_buffers",
     "rlplug.plugins.noises",
     "rlplug.plugins.preprocessors",
+    "rlplug.plugins.distributed",
 )
 
 _cache: dict[bool, Registry] = {}
