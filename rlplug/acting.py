@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from tensordict import TensorDict
 from tensordict.nn import ProbabilisticTensorDictModule, TensorDictModule, TensorDictModuleBase
@@ -121,3 +122,84 @@ def value_function(critic: TensorDictModuleBase, observation_key: str):
         return critic(data).get(out_key)
 
     return through_tensordict
+
+
+class ArrayActor:
+    """Acting on numpy observations during collection: gymnasium-format actions and their log-probabilities
+    as numpy arrays. :meth:`of` picks :class:`NumpyCategoricalMLP` where it applies, else the torch modules."""
+
+    @staticmethod
+    def of(view: ActorView, device: torch.device | str, seed: int) -> "ArrayActor":
+        if torch.device(device).type == "cpu" and NumpyCategoricalMLP.supports(view):
+            return NumpyCategoricalMLP(view, seed)
+        return TorchArrayActor(view, device)
+
+    def act(self, observation: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        raise NotImplementedError
+
+    def seed(self, seed: int) -> None:
+        """Restart the sampling noise (where it is the actor's own, not torch's global generator)."""
+
+
+class TorchArrayActor(ArrayActor):
+    """The policy's torch modules, fed and read as numpy arrays."""
+
+    def __init__(self, view: ActorView, device: torch.device | str):
+        self.view, self.device = view, torch.device(device)
+
+    @torch.inference_mode()
+    def act(self, observation: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        action, log_prob = self.view.act(torch.from_numpy(observation).to(self.device), deterministic)
+        if self.view.one_hot:
+            action = action.argmax(-1)
+        return action.cpu().numpy(), log_prob.cpu().numpy()
+
+
+class NumpyCategoricalMLP(ArrayActor):
+    """A categorical policy of plain Linear/Tanh/ReLU layers, evaluated in numpy on the network's own
+    parameters (numpy views of the same memory: the optimiser's in-place updates show at once).
+
+    For a few envs a step's policy call is a dozen tiny operations, and numpy's per-call cost is a small
+    fraction of torch's (BENCHMARKS.md: collection). Actions are sampled from the same probabilities with
+    the actor's own generator, seeded with the run.
+    """
+
+    ACTIVATIONS = {torch.nn.Tanh: np.tanh, torch.nn.ReLU: lambda x, out: np.maximum(x, 0.0, out=out)}
+
+    @classmethod
+    def supports(cls, view: ActorView) -> bool:
+        layers = view.params_module
+        return (view.categorical and isinstance(layers, torch.nn.Sequential) and len(layers) > 0
+                and isinstance(layers[-1], torch.nn.Linear)
+                and all(isinstance(layer, torch.nn.Linear) or type(layer) in cls.ACTIVATIONS for layer in layers)
+                and all(p.dtype == torch.float32 and p.device.type == "cpu" for p in layers.parameters()))
+
+    def __init__(self, view: ActorView, seed: int):
+        # (weight^T, bias) per Linear, a numpy function per activation: views of the parameters' memory,
+        # taken once (optimisers and load_state_dict update parameters in place, so the views stay current)
+        self.steps = [(layer.weight.detach().numpy().T, None if layer.bias is None else layer.bias.detach().numpy())
+                      if isinstance(layer, torch.nn.Linear) else self.ACTIVATIONS[type(layer)]
+                      for layer in view.params_module]
+        self.seed(seed)
+
+    def seed(self, seed: int) -> None:
+        self.generator = np.random.default_rng(seed)
+
+    def act(self, observation: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        x = observation.reshape(len(observation), -1)
+        for step in self.steps:
+            if type(step) is tuple:
+                weight_t, bias = step
+                x = x @ weight_t
+                if bias is not None:
+                    x += bias
+            else:
+                step(x, out=x)
+        x -= x.max(axis=-1, keepdims=True)
+        cumulative = np.exp(x).cumsum(axis=-1)  # unnormalised probabilities, summed along the actions
+        total = cumulative[:, -1]
+        if deterministic:
+            index = x.argmax(axis=-1)
+        else:  # inverse-CDF sampling: one uniform number per env
+            index = (cumulative < self.generator.random((len(x), 1)) * total[:, None]).sum(axis=-1)
+        return index, x[np.arange(len(index)), index] - np.log(total)

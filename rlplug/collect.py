@@ -3,9 +3,10 @@
 Two roads give the same batch layout (TorchRL's: root ``observation``, ``action``, the log-probability,
 and ``next`` with ``observation``, ``reward``, ``done``, ``terminated``, ``truncated``):
 
-- the tensor road, when the env has ``step_tensors`` (:class:`rlplug.envs.VectorGymEnv`) and the policy has
-  the usual actor shape (:class:`rlplug.acting.ActorView`): plain tensors into preallocated buffers, no
-  TensorDict per step;
+- the array road, when the env has ``step_arrays`` (:class:`rlplug.envs.VectorGymEnv`) and the policy has
+  the usual actor shape (:class:`rlplug.acting.ActorView`): numpy arrays into per-batch buffers, no
+  TensorDict or tensor per step, the policy in numpy where it is a plain MLP
+  (:class:`rlplug.acting.NumpyCategoricalMLP`);
 - the TensorDict road for any other TorchRL env and policy: ``env.step_and_maybe_reset(policy(state))``.
 """
 
@@ -19,14 +20,14 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.envs import EnvBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
-from rlplug.acting import ActorView
+from rlplug.acting import ActorView, ArrayActor
 from rlplug.errors import UserError
 
 RECENT_EPISODES = 20
 
 
 def actor_view_for(env: EnvBase, policy) -> ActorView | None:
-    """The actor view to collect with on the tensor road, or None where only the TensorDict road goes."""
+    """The actor view to collect with on the array road, or None where only the TensorDict road goes."""
     if not getattr(env, "supports_tensor_steps", False):
         return None
     try:
@@ -59,7 +60,7 @@ class EpisodeTracker:
 class Collector:
     """Steps ``env`` with ``policy`` and returns batches of ``frames_per_batch`` frames."""
 
-    def __init__(self, env: EnvBase, policy, frames_per_batch: int, seed: int, tensor_road: bool = True):
+    def __init__(self, env: EnvBase, policy, frames_per_batch: int, seed: int, array_road: bool = True):
         self.env, self.policy, self.seed = env, policy, seed
         self.envs = max(1, env.batch_size.numel())
         if frames_per_batch % self.envs:
@@ -67,7 +68,8 @@ class Collector:
                             f"{self.envs} parallel envs", path="algorithm.frames_per_batch")
         self.steps = frames_per_batch // self.envs
         self.time_dim = len(env.batch_size)
-        self.actor = actor_view_for(env, policy) if tensor_road else None
+        self.actor = actor_view_for(env, policy) if array_road else None
+        self.array_actor = ArrayActor.of(self.actor, env.device or "cpu", seed) if self.actor else None
         self.tracker = EpisodeTracker(self.envs)
         self.state: TensorDictBase | torch.Tensor | None = None
 
@@ -80,7 +82,7 @@ class Collector:
     @torch.no_grad()
     def collect(self) -> TensorDictBase:
         with set_exploration_type(ExplorationType.RANDOM):
-            batch = self._collect_tensors() if self.actor else self._collect_tensordicts()
+            batch = self._collect_arrays() if self.actor else self._collect_tensordicts()
         rewards = batch.get(("next", "reward")).reshape(self.envs, self.steps).cpu().numpy()
         dones = batch.get(("next", "done")).reshape(self.envs, self.steps).cpu().numpy()
         self.tracker.add(rewards, dones)
@@ -96,38 +98,39 @@ class Collector:
             steps.append(step)
         return torch.stack(steps, dim=self.time_dim)
 
-    def _collect_tensors(self) -> TensorDictBase:
-        actor, env, steps = self.actor, self.env, self.steps
+    def _collect_arrays(self) -> TensorDictBase:
+        """The array road: numpy buffers filled step by step, turned into tensors once per batch."""
+        view, env, steps, envs = self.actor, self.env, self.steps, self.envs
+        act, step = self.array_actor.act, env.step_arrays  # looked up once: env may be a TransformedEnv
         if self.state is None:
-            self.state = env.reset_tensors(seed=self.seed)
+            self.state = env.reset_arrays(seed=self.seed)
+            self.array_actor.seed(self.seed)
         observation = self.state
-        columns: dict[str, list[torch.Tensor]] = {k: [] for k in ("obs", "action", "log_prob", "next_obs",
-                                                                   "reward", "terminated", "truncated")}
-        act, step = actor.act, env.step_tensors  # looked up once: env may be a TransformedEnv forwarding them
-        # Inference mode is cheaper per op than no_grad; the stacks below, outside it, are ordinary tensors.
-        with torch.inference_mode():
-            for _ in range(steps):
-                action, log_prob = act(observation)
-                transition = step(action)
-                for key, value in (("obs", observation), ("action", action), ("log_prob", log_prob),
-                                   ("next_obs", transition.next_observation), ("reward", transition.reward),
-                                   ("terminated", transition.terminated), ("truncated", transition.truncated)):
-                    columns[key].append(value)
-                observation = transition.observation
+        columns = ("obs", "action", "log_prob", "next_obs", "reward", "terminated", "truncated")
+        buffers: list[np.ndarray] = []
+        for t in range(steps):
+            action, log_prob = act(observation)
+            next_observation, reward, terminated, truncated, following = step(action)
+            values = (observation, action, log_prob, next_observation, reward, terminated, truncated)
+            if not buffers:  # sized by the first step: [envs, time, ...] of each value's own dtype
+                buffers = [np.empty((envs, steps, *v.shape[1:]), dtype=v.dtype) for v in values]
+            for buffer, value in zip(buffers, values):
+                buffer[:, t] = value
+            observation = following
         self.state = observation
 
-        def stacked(key: str, feature: bool = False) -> torch.Tensor:
-            tensor = torch.stack(columns[key], dim=1)  # [envs, time, ...]
-            return tensor.unsqueeze(-1) if feature else tensor
-
-        terminated, truncated = stacked("terminated", True), stacked("truncated", True)
-        return TensorDict(
-            {actor.observation_key: stacked("obs"), actor.action_key: stacked("action"),
-             actor.log_prob_key: stacked("log_prob"),
-             "next": {actor.observation_key: stacked("next_obs"), "reward": stacked("reward", True),
+        tensor = {key: torch.from_numpy(buffer) for key, buffer in zip(columns, buffers)}  # no copies
+        action = tensor["action"]
+        if view.one_hot:  # the actor's layout, as its log-probabilities expect
+            action = torch.nn.functional.one_hot(action, int(env.action_spec.space.n))
+        terminated, truncated = tensor["terminated"].unsqueeze(-1), tensor["truncated"].unsqueeze(-1)
+        batch = TensorDict(
+            {view.observation_key: tensor["obs"], view.action_key: action, view.log_prob_key: tensor["log_prob"],
+             "next": {view.observation_key: tensor["next_obs"], "reward": tensor["reward"].unsqueeze(-1),
                       "terminated": terminated, "truncated": truncated, "done": terminated | truncated}},
-            batch_size=[self.envs, steps], device=env.device,
+            batch_size=[envs, steps],
         )
+        return batch.to(env.device) if env.device is not None and torch.device(env.device).type != "cpu" else batch
 
 
 @torch.no_grad()
@@ -138,12 +141,12 @@ def evaluate(env: EnvBase, policy, episodes: int, seed: int) -> list[float]:
     actor = actor_view_for(env, policy)
     with set_exploration_type(ExplorationType.DETERMINISTIC):
         if actor:
-            observation = env.reset_tensors(seed=seed)
+            act = ArrayActor.of(actor, env.device or "cpu", seed).act
+            observation = env.reset_arrays(seed=seed)
             while tracker.episodes < episodes:
-                action, _ = actor.act(observation, deterministic=True)
-                transition = env.step_tensors(action)
+                transition = env.step_arrays(act(observation, deterministic=True)[0])
                 done = transition.terminated | transition.truncated
-                tracker.add(transition.reward.reshape(envs, 1).cpu().numpy(), done.reshape(envs, 1).cpu().numpy())
+                tracker.add(transition.reward.reshape(envs, 1), done.reshape(envs, 1))
                 observation = transition.observation
         else:
             env.set_seed(seed)

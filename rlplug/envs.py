@@ -40,14 +40,14 @@ _FINAL_KEYS = ("final_obs", "_final_obs", "final_info", "_final_info")
 
 
 class Transition(NamedTuple):
-    """One vector step: ``next_observation`` is the true last observation of an episode that ended;
-    ``observation`` is where each env goes on from (the first observation of a new episode there)."""
+    """One vector step (numpy arrays or tensors): ``next_observation`` is the true last observation of an
+    episode that ended; ``observation`` is where each env goes on from (the first of a new episode there)."""
 
-    next_observation: torch.Tensor
-    reward: torch.Tensor
-    terminated: torch.Tensor
-    truncated: torch.Tensor
-    observation: torch.Tensor
+    next_observation: Any
+    reward: Any
+    terminated: Any
+    truncated: Any
+    observation: Any
 
 
 class VectorStage(gym.vector.VectorWrapper):
@@ -222,7 +222,8 @@ class VectorGymEnv(GymWrapper):
     TorchRL returns it inside a ``TransformedEnv`` (a transform that swaps in the final observations of
     ended episodes), which forwards every method below to it.
 
-    - :meth:`reset_tensors` / :meth:`step_tensors`: the tensor road (``supports_tensor_steps`` says whether
+    - :meth:`reset_arrays` / :meth:`step_arrays` (numpy) and :meth:`reset_tensors` / :meth:`step_tensors`: the
+      array road of :mod:`rlplug.collect` (``supports_tensor_steps`` says whether
       it is open: Discrete or 1-D Box actions and one Box observation).
     - :meth:`statistics` -> dict of tensors and floats (``torch.load(weights_only=True)`` reads it back):
       the observation and return statistics of :class:`VectorStage`; ``{}`` when nothing is normalised by
@@ -287,14 +288,13 @@ class VectorGymEnv(GymWrapper):
                 kwargs = {"options": {CONTINUE: True}}
         return super()._reset(tensordict, **kwargs)
 
-    def reset_tensors(self, seed: int | None = None) -> torch.Tensor:
+    def reset_arrays(self, seed: int | None = None) -> np.ndarray:
         observation, _ = self._env.reset(seed=seed)
-        return self._tensor(observation.astype(self._obs_dtype, copy=False))
+        return observation.astype(self._obs_dtype, copy=False)
 
-    def step_tensors(self, action: torch.Tensor) -> Transition:
-        if self._one_hot:
-            action = action.argmax(-1)
-        observation, reward, terminated, truncated, info = self._env.step(action.cpu().numpy())
+    def step_arrays(self, action: np.ndarray) -> Transition:
+        """One step with ``action`` in gymnasium's format (an index for discrete actions); numpy arrays back."""
+        observation, reward, terminated, truncated, info = self._env.step(action)
         observation = observation.astype(self._obs_dtype, copy=False)
         next_observation = observation
         ended = terminated | truncated
@@ -302,8 +302,16 @@ class VectorGymEnv(GymWrapper):
             next_observation = observation.copy()
             for index in np.flatnonzero(ended):
                 next_observation[index] = info["final_obs"][index]
-        return Transition(self._tensor(next_observation), self._tensor(reward.astype(np.float32, copy=False)),
-                          self._tensor(terminated), self._tensor(truncated), self._tensor(observation))
+        return Transition(next_observation, reward.astype(np.float32, copy=False), terminated, truncated, observation)
+
+    def reset_tensors(self, seed: int | None = None) -> torch.Tensor:
+        return self._tensor(self.reset_arrays(seed))
+
+    def step_tensors(self, action: torch.Tensor) -> Transition:
+        """:meth:`step_arrays` with tensors in (the actor's layout: one-hot for discrete actions) and out."""
+        if self._one_hot:
+            action = action.argmax(-1)
+        return Transition(*(self._tensor(array) for array in self.step_arrays(action.cpu().numpy())))
 
     def _tensor(self, array: np.ndarray) -> torch.Tensor:
         tensor = torch.from_numpy(array)

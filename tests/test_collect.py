@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -32,7 +33,7 @@ def cartpole(tmp_path_factory):
 
 @pytest.mark.parametrize("tensor_road", [True, False])
 def test_both_roads_give_the_same_layout_and_continuity(cartpole, tensor_road):
-    collector = Collector(cartpole.env, cartpole.algorithm.policy, 400, seed=3, tensor_road=tensor_road)
+    collector = Collector(cartpole.env, cartpole.algorithm.policy, 400, seed=3, array_road=tensor_road)
     assert (collector.actor is not None) == tensor_road
     batch = collector.collect()
     assert batch.batch_size == (4, 100)
@@ -91,3 +92,31 @@ def test_continuous_actions_train_end_to_end(tmp_path):
     action = batch.get("action")
     assert action.shape == (2, 64, 1) and action.abs().max() <= 2.0, "tanh-squashed into Pendulum's bounds"
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["eval_return_mean"] < 0
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(min_value=1, max_value=64), st.floats(min_value=0.1, max_value=10), st.integers(0, 2**31 - 1))
+def test_numpy_policy_gives_the_torch_policys_numbers(cartpole, rows, scale, seed):
+    from rlplug.acting import NumpyCategoricalMLP
+
+    view = ActorView.of(cartpole.algorithm.policy)
+    numpy_policy = NumpyCategoricalMLP(view, seed)
+    observation = (torch.randn(rows, 4, generator=torch.Generator().manual_seed(seed)) * scale).numpy()
+    index, log_prob = numpy_policy.act(observation)
+    with torch.no_grad():
+        dist = view.distribution(torch.from_numpy(observation))
+        one_hot = torch.nn.functional.one_hot(torch.from_numpy(index), 2)
+        torch.testing.assert_close(torch.from_numpy(log_prob), dist.log_prob(one_hot), atol=1e-5, rtol=1e-5)
+        mode, _ = numpy_policy.act(observation, deterministic=True)
+        assert (mode == dist.probs.argmax(-1).numpy()).all() or torch.allclose(dist.probs[:, 0], dist.probs[:, 1])
+
+
+def test_numpy_policy_samples_with_the_right_frequencies(cartpole):
+    from rlplug.acting import NumpyCategoricalMLP
+
+    view = ActorView.of(cartpole.algorithm.policy)
+    observation = np.repeat(np.array([[0.5, -1.0, 0.2, 1.5]], dtype=np.float32), 20_000, axis=0)
+    index, _ = NumpyCategoricalMLP(view, seed=0).act(observation)
+    with torch.no_grad():
+        probability = view.distribution(torch.from_numpy(observation[:1])).probs[0, 1].item()
+    assert abs(index.mean() - probability) < 0.02
