@@ -69,7 +69,7 @@ class Collector:
         self.steps = frames_per_batch // self.envs
         self.time_dim = len(env.batch_size)
         self.actor = actor_view_for(env, policy) if array_road else None
-        self.array_actor = ArrayActor.of(self.actor, env.device or "cpu", seed) if self.actor else None
+        self.array_actor = ArrayActor.of(self.actor, env.device or "cpu", seed, self.envs) if self.actor else None
         self.tracker = EpisodeTracker(self.envs)
         self.state: TensorDictBase | torch.Tensor | None = None
 
@@ -141,7 +141,7 @@ def evaluate(env: EnvBase, policy, episodes: int, seed: int) -> list[float]:
     actor = actor_view_for(env, policy)
     with set_exploration_type(ExplorationType.DETERMINISTIC):
         if actor:
-            act = ArrayActor.of(actor, env.device or "cpu", seed).act
+            act = ArrayActor.of(actor, env.device or "cpu", seed, envs).act
             observation = env.reset_arrays(seed=seed)
             while tracker.episodes < episodes:
                 transition = env.step_arrays(act(observation, deterministic=True)[0])
