@@ -13,6 +13,17 @@ The continuous head has options every built-in network shares (defaults as in ``
   mean and a scale per action dimension.
 - ``squash``: ``"tanh"``, a ``TanhNormal`` squashed into one env's action bounds, or ``"none"``, a plain
   (independent) Normal whose samples may leave the bounds: the env must clip them.
+
+Roles (what the algorithm asks for; the trunk's input and output sizes follow from it):
+
+- ``policy``: a TorchRL ``ProbabilisticActor`` (categorical or Gaussian), the shape :class:`rlplug.acting.ActorView`
+  reads; ``value``: a ``ValueOperator`` writing ``state_value``;
+- ``deterministic_policy``: a TorchRL ``Actor`` writing ``action``, squashed by tanh into the action bounds
+  (left as it is where they are not finite) (DDPG, TD3);
+- ``q_value``: a ``TensorDictModule`` reading the observation and ``action``, concatenated, and writing
+  ``state_action_value`` (the critics of DDPG, TD3, SAC). :func:`with_head` widens the first linear layer of
+  the body by the action's features, so networks sized from the observation alone work unchanged;
+- ``q_values``: a ``TensorDictModule`` writing ``action_value``, one value per discrete action (DQN).
 """
 
 from __future__ import annotations
@@ -26,19 +37,19 @@ from tensordict.nn import NormalParamExtractor, TensorDictModule
 from torch import nn
 from torch.distributions import Categorical
 from torchrl.data import Composite, OneHot, TensorSpec
-from torchrl.modules import IndependentNormal, OneHotCategorical, ProbabilisticActor, TanhNormal, ValueOperator
+from torchrl.modules import Actor, IndependentNormal, OneHotCategorical, ProbabilisticActor, TanhNormal, ValueOperator
 
 from rlplug.errors import ParameterError, UserError
 from rlplug.registry.params import Range, convert
 from rlplug.suggest import did_you_mean
 
-ROLES = ("policy", "value")
+ROLES = ("policy", "value", "deterministic_policy", "q_value", "q_values")
 
 LogStd = Literal["state", "parameter"]
 Squash = Literal["tanh", "none"]
 Init = Literal["orthogonal", "default"]
 #: Output-layer gains of the orthogonal initialisation (the CleanRL / Stable-Baselines3 convention).
-HEAD_GAIN = {"policy": 0.01, "value": 1.0}
+HEAD_GAIN = {"policy": 0.01, "value": 1.0, "deterministic_policy": 0.01, "q_value": 1.0, "q_values": 1.0}
 #: Hidden-layer gain of the orthogonal initialisation.
 HIDDEN_GAIN = math.sqrt(2)
 
@@ -75,13 +86,69 @@ def action_size(action_spec: TensorSpec) -> int:
 
 
 def output_size(role: str, action_spec: TensorSpec, log_std: LogStd = "state") -> int:
-    """The trunk's output features: logits, a mean (and a scale unless ``log_std="parameter"``), or a value."""
+    """The trunk's output features: logits, a mean (and a scale unless ``log_std="parameter"``), a value,
+    an action, or one value per discrete action."""
     if role == "policy":
         size = action_size(action_spec)
         return size if is_discrete(action_spec) or log_std == "parameter" else 2 * size
-    if role == "value":
+    if role in ("value", "q_value"):
         return 1
+    if role == "deterministic_policy":
+        if is_discrete(action_spec):
+            raise ValueError("a deterministic policy needs continuous (Box) actions; for discrete actions use "
+                             "an algorithm with a categorical policy or Q-values (dqn)")
+        return action_size(action_spec)
+    if role == "q_values":
+        if not is_discrete(action_spec):
+            raise ValueError("one Q-value per action needs discrete actions; for continuous actions use a "
+                             "critic of the observation and the action (role 'q_value': ddpg, td3, sac)")
+        return action_size(action_spec)
     raise ValueError(f"unknown network role '{role}' (roles: {', '.join(ROLES)})")
+
+
+def trunk_input_size(role: str, observation_spec: Composite, action_spec: TensorSpec) -> int:
+    """The features a trunk for ``role`` reads: one observation's, plus the action's for ``q_value``."""
+    size = input_size(observation_spec)
+    if role == "q_value":
+        size += action_size(action_spec)
+    return size
+
+
+class ConcatInputs(nn.Module):
+    """``(observation, action) -> trunk(cat([observation, action], -1))``: a critic of both.
+
+    Discrete (one-hot or index) actions are turned into float features first.
+    """
+
+    def __init__(self, trunk: nn.Module):
+        super().__init__()
+        self.trunk = trunk
+
+    def forward(self, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        return self.trunk(torch.cat([observation, action.to(observation.dtype)], -1))
+
+
+class TanhBounds(nn.Module):
+    """Features squashed by tanh into ``[low, high]``: ``low + (high - low) * (tanh(x) + 1) / 2``."""
+
+    def __init__(self, low: torch.Tensor, high: torch.Tensor):
+        super().__init__()
+        self.register_buffer("center", (high + low) / 2)
+        self.register_buffer("half_range", (high - low) / 2)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        return self.center + self.half_range * torch.tanh(features)
+
+
+def action_bounds(observation_spec: Composite, action_spec: TensorSpec) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """One env's finite action bounds (low, high), or None for unbounded or discrete actions."""
+    if not hasattr(action_spec.space, "low"):
+        return None
+    first_env = (0,) * observation_spec.ndim  # the spec carries the env batch dims in front
+    low, high = action_spec.space.low[first_env], action_spec.space.high[first_env]
+    if not (torch.isfinite(low).all() and torch.isfinite(high).all()):
+        return None
+    return low.float(), high.float()
 
 
 class StateIndependentScale(nn.Module):
@@ -127,6 +194,21 @@ def wrap(trunk: nn.Module, *, role: str, observation_spec: Composite, action_spe
     obs = observation_key(observation_spec)
     if role == "value":
         return ValueOperator(trunk, in_keys=[obs])
+    if role == "q_value":
+        if len(observation_shape(observation_spec)) > 1:
+            raise ValueError("a critic of the observation and the action reads one-dimensional observations; "
+                             "set flatten_observations in the env")
+        return TensorDictModule(ConcatInputs(trunk), in_keys=[obs, "action"], out_keys=["state_action_value"])
+    if role == "q_values":
+        output_size(role, action_spec)  # checks the actions are discrete
+        return TensorDictModule(trunk, in_keys=[obs], out_keys=["action_value"])
+    if role == "deterministic_policy":
+        output_size(role, action_spec)  # checks the actions are continuous
+        bounds = action_bounds(observation_spec, action_spec)
+        module = nn.Sequential(trunk, TanhBounds(*bounds)) if bounds is not None else trunk
+        return Actor(module, in_keys=[obs], out_keys=["action"], spec=action_spec)
+    if role != "policy":
+        raise ValueError(f"unknown network role '{role}' (roles: {', '.join(ROLES)})")
     if is_discrete(action_spec):
         logits = TensorDictModule(trunk, in_keys=[obs], out_keys=["logits"])
         distribution = OneHotCategorical if isinstance(action_spec, OneHot) else Categorical
@@ -152,6 +234,21 @@ def wrap(trunk: nn.Module, *, role: str, observation_spec: Composite, action_spe
                               distribution_kwargs=bounds, spec=action_spec, return_log_prob=True)
 
 
+def widen_input(trunk: nn.Sequential, extra: int, *, init: Init, gain: float) -> None:
+    """Replace ``trunk``'s first linear layer by a fresh one reading ``extra`` more input features (the
+    action, for critics of the observation and the action). Only element-wise layers may come before it."""
+    for index, layer in enumerate(trunk):
+        if isinstance(layer, nn.Linear):
+            trunk[index] = linear(layer.in_features + extra, layer.out_features, init=init, gain=gain,
+                                  bias=layer.bias is not None)
+            return
+        if not isinstance(layer, (nn.Identity, nn.Flatten, nn.Dropout, *ELEMENTWISE)):
+            raise UserError(f"a critic of the observation and the action concatenates them before its first "
+                            f"Linear layer; a {type(layer).__name__} before it would read the observation "
+                            f"alone: move it after the first Linear")
+    raise UserError("a critic of the observation and the action needs a Linear layer")
+
+
 def linear(fan_in: int, fan_out: int, *, init: Init = "orthogonal", gain: float = HIDDEN_GAIN,
            **options: Any) -> nn.Linear:
     """A linear layer, orthogonally initialised with ``gain`` (zero bias) unless ``init="default"``."""
@@ -168,9 +265,13 @@ def with_head(body: Sequence[nn.Module], features: int, *, role: str, observatio
               log_std_init: float = 0.0, squash: Squash = "tanh", device: str = "cpu") -> TensorDictModule:
     """The network for ``role``: the ``body`` layers (ending in ``features`` features per observation), a
     linear output layer sized by :func:`output_size` (orthogonal gain ``HEAD_GAIN[role]``), the head
-    :func:`wrap` puts on it, all on ``device``."""
+    :func:`wrap` puts on it, all on ``device``. For ``q_value`` the first linear layer is widened to read
+    the action's features too (the body is sized from the observation)."""
     head = linear(features, output_size(role, action_spec, log_std), init=init, gain=HEAD_GAIN[role])
     trunk = nn.Sequential(*body, head)
+    if role == "q_value":
+        hidden = any(isinstance(layer, nn.Linear) for layer in body)
+        widen_input(trunk, action_size(action_spec), init=init, gain=HIDDEN_GAIN if hidden else HEAD_GAIN[role])
     network = wrap(trunk, role=role, observation_spec=observation_spec, action_spec=action_spec,
                    log_std=log_std, log_std_init=log_std_init, squash=squash)
     return network.to(torch.device(device))
@@ -184,6 +285,8 @@ LAYERS: dict[str, type[nn.Module]] = {
     "LeakyReLU": nn.LeakyReLU, "Sigmoid": nn.Sigmoid, "LayerNorm": nn.LayerNorm, "Dropout": nn.Dropout,
     "Flatten": nn.Flatten, "Identity": nn.Identity,
 }
+#: Layers that act on each feature alone (so they may read the observation and the action concatenated).
+ELEMENTWISE = (nn.ReLU, nn.Tanh, nn.ELU, nn.GELU, nn.SiLU, nn.LeakyReLU, nn.Sigmoid)
 #: Each layer's options a recipe may set, passed to its constructor, with their types (checked like any
 #: parameter). Sizes are not among them: they follow from the observation and the previous layer.
 LAYER_OPTIONS: dict[str, dict[str, Any]] = {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import rlplug
 from rlplug.algorithms.config import A2CConfig, PPOConfig, PPOKLConfig, SurrogateConfig, VPGConfig, factory_for
+from rlplug.algorithms.offpolicy_config import DDPGConfig, DQNConfig, SACConfig, TD3Config, offpolicy_factory
 
 
 @rlplug.hookimpl
@@ -14,3 +15,7 @@ def rlplug_register_algorithms(register):
     register("a2c", factory_for(A2CConfig, "rlplug.algorithms.pg:A2C"))
     register("vpg", factory_for(VPGConfig, "rlplug.algorithms.pg:VPG"), aliases=("reinforce",))
     register("surrogate", factory_for(SurrogateConfig, "rlplug.algorithms.pg:Surrogate"))
+    register("ddpg", offpolicy_factory(DDPGConfig, "rlplug.algorithms.ddpg:DDPG"))
+    register("td3", offpolicy_factory(TD3Config, "rlplug.algorithms.td3:TD3"))
+    register("sac", offpolicy_factory(SACConfig, "rlplug.algorithms.sac:SAC"))
+    register("dqn", offpolicy_factory(DQNConfig, "rlplug.algorithms.dqn:DQN"))
