@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from rlplug import recipe as recipes
@@ -72,14 +72,21 @@ class Agent:
         """An action for a numpy observation, or a batch of them, in gymnasium's format (an index for
         discrete actions). Observations are taken as a gymnasium env gives them; the recipe's observation
         normalisation (with the statistics learned so far) is applied here, as in training."""
-        view = ActorView.of(self.run.algorithm.policy)
         normalize = getattr(self.run.env, "normalize_observation", None)
         if callable(normalize):
             observation = normalize(observation)
         tensor = torch.as_tensor(np.asarray(observation), dtype=torch.float32)
         single = tensor.ndim == 1
-        action, _ = view.act(tensor.unsqueeze(0) if single else tensor, deterministic=deterministic)
-        if view.one_hot:
+        batch = tensor.unsqueeze(0) if single else tensor
+        try:
+            view = ActorView.of(self.run.algorithm.policy)
+            action, _ = view.act(batch, deterministic=deterministic)
+            one_hot = view.one_hot
+        except TypeError:  # a deterministic actor or a Q-network policy: through its TensorDict interface
+            key = self.run.algorithm.policy.in_keys[0]
+            action = self.act(TensorDict({key: batch}, batch_size=batch.shape[:1]), deterministic).get("action")
+            one_hot = type(self.run.env.action_spec).__name__ == "OneHot"
+        if one_hot:
             action = action.argmax(-1)  # gymnasium takes the index
         action = action.cpu().numpy()
         return action[0] if single else action

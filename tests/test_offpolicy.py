@@ -8,6 +8,9 @@ from __future__ import annotations
 import csv
 import math
 
+import gymnasium as gym
+import numpy as np
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -245,3 +248,13 @@ def test_mixed_precision_runs_on_the_cpu_close_to_full_precision(tmp_path, name,
         agent.train()
         assert all(math.isfinite(v) for v in last_losses(agent).values())
     assert first[True] == pytest.approx(first[False], rel=0.05)
+
+
+@pytest.mark.parametrize("recipe, observation", [("pendulum-ddpg", [1.0, 0.0, 0.5]), ("cartpole-dqn", [0.0, 0.1, 0.0, -0.1])])
+def test_select_action_for_deterministic_and_q_value_policies(tmp_path, recipe, observation):
+    agent = rlplug.Agent.from_recipe(ROOT / "recipes" / f"{recipe}.toml", out=tmp_path / "run",
+                                     run={"total_frames": 512}, eval={"episodes": 1})
+    action = agent.select_action(np.array(observation, dtype=np.float32))
+    assert np.array_equal(action, agent.select_action(np.array(observation, dtype=np.float32)))
+    env = gym.make("Pendulum-v1" if "pendulum" in recipe else "CartPole-v1")
+    assert env.action_space.contains(action.astype(env.action_space.dtype) if hasattr(action, "astype") else action)

@@ -57,7 +57,8 @@ def rlplug_register_loggers(register):
 def rlplug_register_networks(register):
     """Register network factories; each returns a TensorDictModule for the requested ``role``.
 
-    Context: ``observation_spec``, ``action_spec``, ``role`` ('policy', 'value' or 'q_value'),
+    Context: ``observation_spec``, ``action_spec``, ``role`` ('policy', 'value', 'q_value', 'q_values' or
+    'deterministic_policy'),
     ``device``. :mod:`rlplug.networks` has the heads that turn a plain torch module into one.
     """
 

@@ -30,7 +30,8 @@ from rlplug.suggest import did_you_mean
 CONTEXT_NAMES = {
     "observation_spec": "the env's observation spec (TorchRL Composite), for networks and algorithms",
     "action_spec": "the env's action spec, for networks and algorithms",
-    "role": "what a network is built for: 'policy', 'value' or 'q_value'",
+    "role": "what a network is built for: 'policy', 'value', 'q_value' (observation and action in), "
+            "'q_values' (one value per discrete action) or 'deterministic_policy'",
     "device": "the torch device of the run (run.device)",
     "seed": "the run's seed (run.seed)",
     "total_frames": "the run's frame budget (run.total_frames), for schedules",
