@@ -28,6 +28,10 @@ RECIPES = {
     "cartpole-a2c": (400, "rl-baselines3-zoo A2C, 500k steps: 500.0 +- 0.0"),
     "cartpole-vpg": (300, "no zoo entry; REINFORCE with a baseline"),
     "pendulum-ppo": (-300, "rl-baselines3-zoo PPO (with gSDE), 100k steps: -172.2 +- 104.2"),
+    "pendulum-ddpg": (-250, "rl-baselines3-zoo DDPG, 20k steps: about -152 (issue 5)"),
+    "pendulum-td3": (-250, "rl-baselines3-zoo TD3, 20k steps: -151.9 +- 90.2"),
+    "pendulum-sac": (-250, "rl-baselines3-zoo SAC, 20k steps: -157.0 +- 88.7"),
+    "cartpole-dqn": (400, "rl-baselines3-zoo DQN, 50k steps: 500.0 +- 0.0"),
 }
 
 
