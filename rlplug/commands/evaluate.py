@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -248,10 +249,8 @@ def open_video_env(recipe, statistics: dict[str, Any]):
     that keeps it from rendering (no rgb_array mode, no pygame or OpenGL) is a :class:`UserError`."""
     os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame (classic control) without a display
     os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")  # its greeting would land on stdout
-    try:
-        import imageio_ffmpeg  # noqa: F401
-    except ImportError:
-        raise UserError("--video needs the imageio-ffmpeg package: pip install imageio-ffmpeg") from None
+    if importlib.util.find_spec("imageio_ffmpeg") is None:
+        raise UserError("--video needs the imageio-ffmpeg package: pip install imageio-ffmpeg")
     env_id = env_name(recipe)
     env = None
     try:
