@@ -1,7 +1,7 @@
 """Recipes: a TOML file plus ``--set`` overrides, validated whole into a tree of unbuilt components.
 
 Any table with a ``use`` key is a component; its kind comes from where it stands: the top-level ``env``,
-``algorithm`` and ``loggers`` here, nested ones from the annotation of the parent factory's parameter.
+``algorithm``, ``loggers`` and ``runner`` here, nested ones from the annotation of the parent factory's parameter.
 ``run`` and ``eval`` are plain settings tables. A ``provenance`` table (written into resolved recipes)
 is ignored on reading, so a run directory's ``recipe.toml`` runs again as it is.
 """
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from rlplug.components import Algorithm, Env, Logger
+from rlplug.components import Algorithm, Env, Logger, Runner
 from rlplug.errors import RecipeError, UserError
 from rlplug.registry import get_registry, resolve
 from rlplug.registry.params import Check, Range, convert
@@ -69,6 +69,8 @@ class Recipe:
     run: RunSettings = RunSettings()
     eval: EvalSettings = EvalSettings()
     loggers: list[Logger] = field(default_factory=lambda: [{"use": "console"}, {"use": "csv"}])
+    #: where experience is collected: "local" (this process) or "ray" (workers; [runner] use = "ray")
+    runner: Runner = "local"
     provenance: dict[str, Any] | None = None
 
     def resolved(self) -> dict[str, Any]:
@@ -78,6 +80,7 @@ class Recipe:
         tables = {
             "run": vars(self.run), "eval": vars(self.eval), "env": self.env.resolved(),
             "algorithm": self.algorithm.resolved(), "loggers": [logger.resolved() for logger in self.loggers],
+            "runner": self.runner.resolved(),
         }
         components = {path: f"{c.spec.qualified_name} {c.spec.version}" for path, c in self.components()}
         tables["provenance"] = {"rlplug_version": __version__, "components": components}
@@ -88,7 +91,7 @@ class Recipe:
         from rlplug.components import Component
 
         queue = [("env", self.env), ("algorithm", self.algorithm),
-                 *((f"loggers[{i}]", logger) for i, logger in enumerate(self.loggers))]
+                 *((f"loggers[{i}]", logger) for i, logger in enumerate(self.loggers)), ("runner", self.runner)]
         while queue:
             path, component = queue.pop(0)
             yield path, component

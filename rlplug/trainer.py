@@ -25,7 +25,7 @@ import tomli_w
 import torch
 from torchrl.envs import EnvBase
 
-from rlplug.collect import Collector, evaluate
+from rlplug.collect import evaluate
 from rlplug.errors import UserError
 from rlplug.recipe import Recipe
 from rlplug.training import NonFiniteError
@@ -72,7 +72,8 @@ class Run:
     env: EnvBase
     eval_env: EnvBase
     algorithm: Any
-    collector: Collector
+    #: what the recipe's runner gives: collect(), tracker, restart(seed), sync_weights(), shutdown()
+    collector: Any
     frames: int = 0
     iterations: int = 0
     train_seconds: float = 0.0
@@ -94,14 +95,17 @@ class Run:
             observation_spec=env.observation_spec, action_spec=env.action_spec, device=settings.device,
             seed=settings.seed, total_frames=settings.total_frames,
         )
-        collector = Collector(env, algorithm.policy, algorithm.frames_per_batch, seed=settings.seed)
+        runner = recipe.runner.build(device=settings.device, seed=settings.seed)
         ensure_writable(run_dir)
-        run = cls(recipe, run_dir, env, eval_env, algorithm, collector)
+        video_env = None
         if recipe.eval.video:  # opened now: an env that cannot render is a clear error before any training
             from rlplug.commands.evaluate import open_video_env
 
-            run.video_env = open_video_env(recipe, {})
-        return run
+            video_env = open_video_env(recipe, {})
+        # Last, as it may start workers elsewhere (the ray runner): every other check has passed by now.
+        collector = runner.collector(env, algorithm.policy, algorithm.frames_per_batch, seed=settings.seed,
+                                     recipe=recipe, algorithm=algorithm)
+        return cls(recipe, run_dir, env, eval_env, algorithm, collector, video_env=video_env)
 
     def train(self, max_frames: int | None = None, max_episodes: int | None = None, max_iters: int | None = None,
               eval_every: int | None = None) -> dict[str, Any]:
@@ -138,10 +142,12 @@ class Run:
                 self.frames += batch.numel()
                 self.iterations += 1
                 metrics = self.guarded_update(batch)
+                self.collector.sync_weights()
                 recent = tracker.recent_return()
+                runner_metrics = getattr(self.collector, "metrics", None)
                 metrics = {"fps": (self.frames - frames_before) / (time.perf_counter() - started),
                            "episodes": tracker.episodes, **({"episode_return": recent} if recent is not None else {}),
-                           **metrics}
+                           **(runner_metrics() if callable(runner_metrics) else {}), **metrics}
                 _log(loggers, metrics, self.frames)
                 if next_eval is not None and next_eval <= self.frames < stop_frames:
                     next_eval = next_multiple(self.frames, eval_every)
@@ -165,6 +171,10 @@ class Run:
             raise
         finally:
             self.train_seconds += time.perf_counter() - started
+            try:  # workers elsewhere stop whatever way training ends (a later train() starts them again)
+                self.collector.shutdown()
+            except Exception as error:  # never hides why training ended
+                warnings.warn(f"the runner did not shut down cleanly: {type(error).__name__}: {error}")
             summary.update(self.summary())
             write_atomically(self.run_dir / "summary.json", (json.dumps(summary, indent=2) + "\n").encode())
             for logger in loggers:
@@ -185,6 +195,11 @@ class Run:
         run.load_state_dict(state)
         return run
 
+    def env_statistics(self) -> dict[str, Any]:
+        """The training envs' statistics: the collector's where its envs live elsewhere (ray workers)."""
+        statistics = getattr(self.collector, "statistics", None)
+        return statistics() if callable(statistics) else env_statistics(self.env)
+
     def networks(self) -> dict[str, torch.nn.Module]:
         """The algorithm's networks by name, for loggers that record weights."""
         candidates = {name: getattr(self.algorithm, name, None) for name in ("policy", "critic")}
@@ -198,7 +213,9 @@ class Run:
         """The algorithm's update, stopped with a clear error when a loss, gradient or parameter turns
         non-finite; the last checkpoint on disk is the last good one."""
         try:
-            metrics = self.algorithm.update(batch)
+            # a runner may do the update itself (gradient workers: theirs averaged, then applied here)
+            update = getattr(self.collector, "update", None)
+            metrics = update(self.algorithm, batch) if callable(update) else self.algorithm.update(batch)
             broken = next((name for name, value in metrics.items() if not math.isfinite(value)), None)
             parameters = getattr(self.algorithm, "parameters", None) or list(self.algorithm.policy.parameters())
             if broken is None and not all(bool(torch.isfinite(p).all()) for p in parameters):
@@ -238,7 +255,7 @@ class Run:
 
     def evaluate(self, loggers: list = ()) -> list[float]:
         """The deterministic policy on the eval env, with the train env's statistics (frozen), if it has any."""
-        statistics = env_statistics(self.env)
+        statistics = self.env_statistics()
         if statistics:
             self.eval_env.load_statistics(statistics)
             self.eval_env.set_training(False)
@@ -268,7 +285,7 @@ class Run:
     def state_dict(self) -> dict[str, Any]:
         """Everything a checkpoint holds: plain tensors and numbers, loadable with ``weights_only=True``."""
         return {"format": CHECKPOINT_FORMAT, "recipe": self.recipe.resolved(), "algorithm": self.algorithm.state_dict(),
-                "env": env_statistics(self.env),
+                "env": self.env_statistics(),
                 "frames": self.frames, "iterations": self.iterations, "episodes": self.collector.tracker.episodes,
                 "train_seconds": self.train_seconds, "rng": rng_state(),
                 "saved_at": datetime.now(timezone.utc).isoformat()}
@@ -277,8 +294,12 @@ class Run:
         """Continue from a checkpoint: the same parameters, optimiser, statistics, counters and random
         states, and every env starting a new episode from the seed that the uninterrupted run used there."""
         self.algorithm.load_state_dict(state["algorithm"])
+        self.collector.sync_weights()  # workers elsewhere act with the loaded weights from their next rollout
         if state.get("env"):
             self.env.load_statistics(state["env"])
+            load = getattr(self.collector, "load_statistics", None)
+            if callable(load):
+                load(state["env"])
         self.frames, self.iterations = state["frames"], state["iterations"]
         self.collector.tracker.episodes = state["episodes"]
         self.train_seconds = state.get("train_seconds", 0.0)

@@ -1,0 +1,230 @@
+"""The ``ray`` runner on a real local Ray instance (2 CPUs, started once for the module), and the ``local``
+runner it must be interchangeable with: the same batches, weights on the workers after every update, a
+killed worker restarted while the run goes on, IMPALA's asynchronous collection, gradient workers, and the
+one-line errors a user can cause. Ray is a test dependency (``.[test]``): nothing here is skipped."""
+
+from __future__ import annotations
+
+import csv
+import json
+import pickle
+import sys
+import time
+
+import pytest
+import ray
+import torch
+
+import rlplug
+from conftest import CANONICAL, ROOT, run_cli
+from rlplug import recipe as recipes
+from rlplug.errors import UserError
+from rlplug.runners import LocalCollector, OnPolicyGradients, RayCollection, unreachable
+
+IMPALA = ROOT / "recipes" / "cartpole-impala-ray.toml"
+#: Small runs: two workers, no periodic evaluation or checkpoint, the csv logger only.
+SMALL = {"run": {"total_frames": 2048, "checkpoint_every_frames": 0}, "eval": {"episodes": 2, "every_frames": 0},
+         "loggers": [{"use": "csv"}]}
+RAY = {"runner": {"use": "ray", "workers": 2}}
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+    """One local Ray instance for the module; rlplug's runs find it initialised and use it (never stop it)."""
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def agent(tmp_path, path=CANONICAL, out="run", **overrides) -> rlplug.Agent:
+    tables = {**SMALL, **RAY}
+    for key in [k for k in overrides if k in tables]:
+        tables[key] = {**tables[key], **overrides.pop(key)}
+    return rlplug.Agent.from_recipe(path, out=tmp_path / out, **tables, **overrides)
+
+
+def metrics(run_dir) -> list[dict[str, str]]:
+    with (run_dir / "metrics.csv").open() as f:
+        return [row for row in csv.DictReader(f) if row.get("fps")]
+
+
+def released(cpus: float = 2.0, timeout: float = 15.0) -> bool:
+    """Whether every CPU of the module's Ray instance is free again (the workers' actors are gone)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ray.available_resources().get("CPU", 0) >= cpus:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def force_action(policy, action: int) -> None:
+    """Make the policy choose ``action`` almost surely: zero the last layer, a large logit for ``action``."""
+    last = [m for m in policy.modules() if isinstance(m, torch.nn.Linear)][-1]
+    with torch.no_grad():
+        last.weight.zero_()
+        last.bias.fill_(-20.0)
+        last.bias[action] = 20.0
+
+
+# -- recipes and errors (no Ray instance needed) ------------------------------------------------------------
+
+
+def test_every_recipe_keeps_the_local_runner_and_the_env_component_pickles():
+    recipe = recipes.load(CANONICAL)
+    assert recipe.runner.spec.name == "local" and recipe.resolved()["runner"] == {"use": "rlplug:local"}
+    # Ray workers build the env from the recipe's env component in their own process
+    again = pickle.loads(pickle.dumps(recipe.env))
+    assert again.build(device="cpu").batch_size == recipe.env.build(device="cpu").batch_size
+    ray_recipe = recipes.load(CANONICAL, ["runner.use=ray", "runner.workers=3", "runner.address=auto"])
+    assert ray_recipe.resolved()["runner"] == {"use": "rlplug:ray", "workers": 3, "address": "auto",
+                                               "mode": "experience", "max_restarts": 3}
+    assert recipes.load(IMPALA).runner.spec.name == "ray"
+
+
+@pytest.mark.parametrize("override, message", [
+    ("runner.workers=0", "runner.workers: must be >= 1, got 0"),
+    ("runner.address=nowhere", "runner.address: 'nowhere' is not a Ray address"),
+    ("runner.mode=both", "runner.mode"),
+    ("runner.resources_per_worker={num_cpus=-1}", "runner.resources_per_worker.num_cpus: must be >= 0"),
+])
+def test_recipe_mistakes_in_the_runner_table_are_one_line(override, message):
+    with pytest.raises(UserError) as error:
+        recipes.load(CANONICAL, ["runner.use=ray", override])
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_missing_ray_is_one_line_before_training(monkeypatch, tmp_path):
+    recipe = recipes.load(CANONICAL, ["runner.use=ray"])
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    with pytest.raises(UserError, match=r'pip install "rlplug\[ray\]"'):
+        recipe.runner.build(device="cpu", seed=0)
+
+
+def test_an_address_where_no_cluster_answers_is_one_line_exit_2(tmp_path):
+    assert unreachable("127.0.0.1:1") and unreachable("ray://127.0.0.1:1")
+    out = tmp_path / "bad"
+    result = run_cli("run", str(CANONICAL), "--set", "runner.use=ray", "--set", "runner.address=127.0.0.1:1",
+                     "--out", str(out), timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert "runner.address: cannot connect to the Ray cluster at '127.0.0.1:1'" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_gradients_averaged_over_workers_equal_the_local_update(tmp_path):
+    """Gradient mode's arithmetic without Ray: two workers' gradients on their halves of a batch, averaged and
+    applied by the learner, take the same step as the algorithm's own update on the whole batch (A2C: one
+    minibatch, no advantage normalisation, so the mean loss over the batch is the mean of the halves')."""
+    from rlplug.runners import GradientWorker
+
+    a2c = ROOT / "recipes" / "cartpole-a2c.toml"
+    # one recipe and seed: the same initial weights in all three
+    local, reference, worker_algorithm = (rlplug.Agent.from_recipe(a2c, out=tmp_path / name, **SMALL)
+                                          for name in ("learner", "reference", "worker"))
+    learner, reference, worker_algorithm = local.run.algorithm, reference.run.algorithm, worker_algorithm.run.algorithm
+    batch = local.run.collector.collect()
+    reference.update(batch.clone())
+
+    gradients = OnPolicyGradients(learner)
+    worker = GradientWorker(worker_algorithm, workers=2)
+    OnPolicyGradients(worker_algorithm).set_weights(gradients.get_weights())
+    halves = []
+    for half in batch.clone().chunk(2, dim=0):  # by env rows: each half's advantages are the whole batch's
+        worker.prepare(half.clone(), progress=batch.numel() / learner.total_frames)
+        halves.append(worker.step(0).get("grads"))
+    learner.frames += batch.numel()
+    gradients.apply_gradients([(halves[0].get(str(i)) + halves[1].get(str(i))) / 2
+                               for i in range(len(gradients.parameters))])
+    for mine, theirs in zip(learner.parameters, reference.parameters):
+        torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-6)
+
+
+# -- on a Ray instance ------------------------------------------------------------------------------------
+
+
+def test_ray_batches_have_the_local_layout_and_workers_act_with_synced_weights(ray_instance, tmp_path):
+    local = rlplug.Agent.from_recipe(CANONICAL, out=tmp_path / "local", **SMALL)
+    remote = agent(tmp_path, out="ray")
+    assert isinstance(local.run.collector, LocalCollector) and isinstance(remote.run.collector, RayCollection)
+    mine, theirs = local.run.collector.collect(), remote.run.collector.collect()
+    assert mine.batch_size == theirs.batch_size == (8, 32)  # the 8 envs split 4 + 4 over the workers
+    flat = {k: v for k, v in mine.items(include_nested=True, leaves_only=True)}
+    assert set(flat) == set(theirs.keys(include_nested=True, leaves_only=True))
+    for key, value in flat.items():
+        assert theirs.get(key).shape == value.shape and theirs.get(key).dtype == value.dtype, key
+
+    collector, policy = remote.run.collector, remote.run.algorithm.policy
+    for action in (0, 1):  # weights changed on the learner reach every worker before its next rollout
+        force_action(policy, action)
+        collector.sync_weights()
+        actions = collector.collect().get("action")
+        assert bool((actions.argmax(-1) == action).all())
+    assert collector.metrics()["policy_lag"] == 0.0
+    collector.shutdown()
+    assert released() and ray.is_initialized()  # the module's instance is left running for the others
+
+
+def test_ppo_trains_under_ray_and_logs_lag_and_restarts(ray_instance, tmp_path):
+    run = agent(tmp_path, run={"total_frames": 3072}).run
+    summary = run.train(max_frames=2048)
+    assert summary["status"] == "paused" and summary["frames"] >= 2048 and summary["episodes"] > 0
+    rows = metrics(run.run_dir)
+    assert len(rows) == summary["iterations"]
+    assert all(float(r["policy_lag"]) == 0.0 and float(r["worker_restarts"]) == 0.0 for r in rows)
+    assert all(float(r["weight_sync_ms"]) >= 0 for r in rows)
+    assert released()  # training ended: the workers are gone
+    # the Python API may train on: the workers start again, with the weights trained so far
+    assert run.train()["status"] == "finished" and run.frames >= 3072 and released()
+
+
+def test_a_worker_that_dies_is_restarted_and_the_run_goes_on(ray_instance, tmp_path):
+    run = agent(tmp_path, run={"total_frames": 6144}).run
+    collector = run.collector
+    collector.collect()
+    collector.sync_weights()
+    first, second = collector.ray_collector.remote_collectors
+    ray.kill(first, no_restart=False)  # between rollouts
+    second.cascade_execute.remote("fail_next_rollout")  # in the middle of one
+    summary = run.train()
+    assert summary["status"] == "finished"
+    rows = metrics(run.run_dir)
+    assert float(rows[-1]["worker_restarts"]) == 2.0
+    assert all(float(r["policy_lag"]) == 0.0 for r in rows)  # batches from restarted workers were collected again
+    assert released()
+
+
+def test_impala_collects_asynchronously_and_learns_from_lagging_workers(ray_instance, tmp_path):
+    run = agent(tmp_path, path=IMPALA, run={"total_frames": 8192}).run
+    assert run.collector.asynchronous and run.algorithm.asynchronous
+    summary = run.train()
+    assert summary["status"] == "finished" and summary["iterations"] == 32
+    rows = metrics(run.run_dir)
+    assert all(float(r["policy_lag"]) >= 0 for r in rows) and any(float(r["policy_lag"]) > 0 for r in rows)
+    assert all(r["loss_value"] and float(r["loss_value"]) >= 0 for r in rows)
+    assert released()
+
+
+def test_gradient_workers_train_ppo(ray_instance, tmp_path):
+    run = agent(tmp_path, runner={"mode": "gradients"}, run={"total_frames": 1024}).run
+    before = [p.detach().clone() for p in run.algorithm.parameters]
+    summary = run.train()
+    assert summary["status"] == "finished" and summary["iterations"] == 4
+    assert any(not torch.equal(a, b) for a, b in zip(before, run.algorithm.parameters))
+    row = metrics(run.run_dir)[-1]
+    assert {"loss_policy", "loss_value", "grad_norm", "explained_variance"} <= {k for k, v in row.items() if v}
+    assert released()
+    with pytest.raises(UserError, match="ppo-kl's beta"):
+        rlplug.Agent.from_recipe(ROOT / "recipes" / "cartpole-ppo-kl.toml", out=tmp_path / "kl", **SMALL,
+                                 runner={"use": "ray", "mode": "gradients"})
+
+
+def test_the_command_line_run_starts_and_stops_its_own_ray(tmp_path):
+    """``python -m rlplug run recipes/cartpole-ppo.toml --set runner.use=ray --set runner.workers=2``, shortened:
+    a local Ray instance started for the run (beside this module's), stopped at the end."""
+    out = tmp_path / "cli"
+    result = run_cli("run", str(CANONICAL), "--set", "runner.use=ray", "--set", "runner.workers=2",
+                     "--set", "run.total_frames=4096", "--set", "eval.every_frames=0", "--out", str(out), timeout=180)
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["frames"] >= 4096
+    assert "rlplug:ray" in (out / "recipe.toml").read_text()
