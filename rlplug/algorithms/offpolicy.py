@@ -22,7 +22,6 @@ Target networks are deep copies moved towards the online ones by :func:`polyak_u
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 
