@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 from tensordict import TensorDictBase
-from tensordict.nn import TensorDictModule, TensorDictModuleBase
+from tensordict.nn import TensorDictModuleBase
 from torch.nn import functional
 from torchrl.data import OneHot
 
