@@ -855,18 +855,13 @@ class GradientWorker:
         algorithm, config = self.algorithm, self.algorithm.config
         algorithm.before_update(progress)
         # what OnPolicy.update does before its epochs (rlplug/algorithms/onpolicy.py), on this worker's share
-        flat = algorithm.estimate(batch).reshape(-1)
-        data = {
-            "observation": flat.get(algorithm.actor.observation_key), "action": flat.get(algorithm.actor.action_key),
-            "old_log_prob": flat.get(algorithm.actor.log_prob_key), "advantage": flat.get("advantage").reshape(-1),
-        }
-        if algorithm.critic:
-            data.update(value_target=flat.get("value_target"), old_value=flat.get("state_value"))
+        data = algorithm.training_data(batch)
+        length = len(data["advantage"])
         self.minibatch = worker_minibatch(algorithm, self.workers)
-        self.normalize_each = config.normalize_advantages and self.minibatch < len(flat)
+        self.normalize_each = config.normalize_advantages and self.minibatch < length
         if config.normalize_advantages and not self.normalize_each:
             data["advantage"] = normalized(data["advantage"])
-        self.data, self.length = data, len(flat)
+        self.data, self.length = data, length
         self.steps = math.ceil(self.length / self.minibatch)
         variance = explained_variance(data["old_value"], data["value_target"]) if algorithm.critic else float("nan")
         return TensorDict({"next": {"reward": batch.get(("next", "reward")), "done": batch.get(("next", "done"))},

@@ -86,15 +86,10 @@ class OnPolicy:
         set_learning_rate(self.optimiser, lr)
         self.before_update(self.frames / self.total_frames)
 
-        flat = self.estimate(batch).reshape(-1)
-        data = {
-            "observation": flat.get(self.actor.observation_key), "action": flat.get(self.actor.action_key),
-            "old_log_prob": flat.get(self.actor.log_prob_key), "advantage": flat.get("advantage").reshape(-1),
-        }
-        if self.critic:
-            data.update(value_target=flat.get("value_target"), old_value=flat.get("state_value"))
+        data = self.training_data(batch)
+        length = len(data["advantage"])
         # Advantages are normalised per minibatch; a minibatch that is the whole batch is the same every epoch.
-        normalize_each = config.normalize_advantages and self.minibatch_size < len(flat)
+        normalize_each = config.normalize_advantages and self.minibatch_size < length
         if config.normalize_advantages and not normalize_each:
             data["advantage"] = normalized(data["advantage"])
 
@@ -110,6 +105,18 @@ class OnPolicy:
         if self.critic:
             result["explained_variance"] = explained_variance(data["old_value"], data["value_target"])
         return result
+
+    def training_data(self, batch: TensorDictBase) -> dict[str, torch.Tensor]:
+        """The estimates for ``batch``, then the flat tensors the loss reads (the gradient workers of
+        :mod:`rlplug.runners` call it too)."""
+        flat = self.estimate(batch).reshape(-1)
+        data = {
+            "observation": flat.get(self.actor.observation_key), "action": flat.get(self.actor.action_key),
+            "old_log_prob": flat.get(self.actor.log_prob_key), "advantage": flat.get("advantage").reshape(-1),
+        }
+        if self.critic:
+            data.update(value_target=flat.get("value_target"), old_value=flat.get("state_value"))
+        return data
 
     def loss(self, data: dict[str, torch.Tensor], normalize_advantages: bool,
              diagnostics: bool = False) -> dict[str, torch.Tensor]:
