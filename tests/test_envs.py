@@ -358,7 +358,7 @@ def test_a_recipe_with_every_option_collects_on_both_roads_and_evaluates(tmp_pat
                                                      "kwargs": {"normalize_time": True}}]
     run = Run.build(recipe, tmp_path / "run")
     for tensor_road in (True, False):
-        batch = Collector(run.env, run.algorithm.policy, 128, seed=1, tensor_road=tensor_road).collect()
+        batch = Collector(run.env, run.algorithm.policy, 128, seed=1, array_road=tensor_road).collect()
         assert batch.get("observation").shape == (4, 32, 10)
         assert batch.get(("next", "observation")).abs().max() <= 5.0
     assert run.env.statistics().keys() == {
