@@ -11,12 +11,14 @@ workers).
 
 ``local`` is :class:`rlplug.collect.Collector` as it always was. ``ray`` runs TorchRL's
 :class:`~torchrl.collectors.distributed.RayCollector`: TorchRL creates the Ray actors, dispatches their
-rollouts (synchronously, or first-come-first-served for asynchronous algorithms such as IMPALA) and pushes
+rollouts (synchronously, or first come, first served for asynchronous algorithms such as IMPALA) and pushes
 weights to them. What runs inside each actor is :class:`WorkerCollector`, a TorchRL ``BaseCollector``
-around rlplug's own collector, so workers step their envs on the same tensor road as a local run (about four
-times cheaper per step than TorchRL's TensorDict collector for CartPole; BENCHMARKS.md).
+around rlplug's own collector, so workers step their envs on the same fast road as a local run (TorchRL's
+TensorDict-per-step collector costs several times more per CartPole step; BENCHMARKS.md). In gradient mode
+(``mode = "gradients"``) the same actors also hold a copy of the algorithm and compute the update's gradients
+on their own rollouts (:class:`GradientWorker`, :class:`OnPolicyGradients`).
 
-Two choices that differ from TorchRL's defaults, and why:
+Choices that differ from TorchRL's defaults, and why:
 
 - Weights travel through Ray's object store (TorchRL's ``RayWeightUpdater``: one ``ray.put`` per update,
   a fire-and-forget call per worker, ordered before that worker's next rollout), not through TorchRL's newer
@@ -25,6 +27,8 @@ Two choices that differ from TorchRL's defaults, and why:
 - Every pushed set of weights carries a version (the learner's update count); each rollout reports the
   version it was collected with, which gives the ``policy_lag`` metric, and its worker's process id, which
   gives ``worker_restarts``.
+- Rollouts and weights cross processes as consolidated TensorDicts (one buffer): a third of the transfer
+  time of a TensorDict of separate tensors.
 """
 
 from __future__ import annotations
