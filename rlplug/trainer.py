@@ -93,7 +93,7 @@ class Run:
         eval_env = build_eval_env(recipe)
         algorithm = recipe.algorithm.build(
             observation_spec=env.observation_spec, action_spec=env.action_spec, device=settings.device,
-            seed=settings.seed, total_frames=settings.total_frames,
+            seed=settings.seed, total_frames=settings.total_frames, run_dir=run_dir,
         )
         runner = recipe.runner.build(device=settings.device, seed=settings.seed)
         ensure_writable(run_dir)

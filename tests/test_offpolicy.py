@@ -192,6 +192,20 @@ def test_a_run_stopped_at_a_checkpoint_and_loaded_ends_exactly_where_one_left_al
     assert_same(straight.run.algorithm.state_dict()["networks"], resumed.run.algorithm.state_dict()["networks"])
 
 
+
+def test_a_memmap_replay_buffer_lives_in_the_run_directory_and_a_resumed_run_reads_it(tmp_path):
+    from rlplug.trainer import Run
+
+    agent = agent_for(tmp_path, "pendulum-ddpg", **{"algorithm.replay_buffer.storage": "memmap"})
+    agent.train(max_frames=200)
+    agent.run.checkpoint()
+    run_dir = agent.run.run_dir
+    assert (run_dir / "replay" / "observation.memmap").stat().st_size > 0
+    saved = agent.run.algorithm.replay
+    resumed = Run.resume(run_dir).algorithm.replay
+    assert len(resumed) == len(saved) == 200
+    assert_same(saved.sample(64).to_dict(), resumed.sample(64).to_dict(), "replay")
+
 # -- options ---------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("lr, fragment", [
