@@ -16,7 +16,7 @@ weights to them. What runs inside each actor is :class:`WorkerCollector`, a Torc
 around rlplug's own collector, so workers step their envs on the same fast road as a local run (TorchRL's
 TensorDict-per-step collector costs several times more per CartPole step; BENCHMARKS.md). In gradient mode
 (``mode = "gradients"``) the same actors also hold a copy of the algorithm and compute the update's gradients
-on their own rollouts (:class:`GradientWorker`, :class:`OnPolicyGradients`).
+on their own rollouts (:class:`GradientWorker`; the protocol is :class:`~rlplug.algorithms.onpolicy.OnPolicy`'s).
 
 Choices that differ from TorchRL's defaults, and why:
 
@@ -384,7 +384,7 @@ def _worker_collector():
             """Collect a rollout with ``weights`` and keep it, estimates made, for :meth:`gradients`; hand back
             what the driver tracks (rewards and dones)."""
             started = time.perf_counter()
-            self.learner.gradients.set_weights(weights)
+            self.learner.algorithm.set_weights(weights)
             self.version = version
             batch = self.inner.collect()
             seconds = time.perf_counter() - started
@@ -393,7 +393,7 @@ def _worker_collector():
             return tracking.consolidate()
 
         def gradients(self, step: int, weights) -> TensorDictBase:
-            self.learner.gradients.set_weights(weights)
+            self.learner.algorithm.set_weights(weights)
             return self.learner.step(step)
 
     _WORKER_CLASS = WorkerCollector
@@ -671,11 +671,10 @@ class RayCollection:
     def _collect_for_gradients(self) -> TensorDictBase:
         """Every worker collects a rollout with the current weights and keeps it; the batch returned holds only
         what the loop counts and tracks (rewards and dones), ``[envs, time]`` like any batch."""
-        learner = self.gradient_learner()
         algorithm = self.algorithm
         progress = (algorithm.frames + self.worker_frames * self.runner.workers) / algorithm.total_frames
         started = time.perf_counter()
-        weights = ray_module().put(learner.get_weights())
+        weights = ray_module().put(algorithm.get_weights())
         try:
             parts = self.ray_collector.map_fn("prepare", [(weights, self.version, progress)] * self.runner.workers)
         except ray_module().exceptions.RayActorError as error:
@@ -688,28 +687,20 @@ class RayCollection:
         self.explained_variance = float(batch.pop("explained_variance")[:, 0].double().mean())
         return self.received(batch, info)
 
-    def gradient_learner(self) -> "OnPolicyGradients":
-        if getattr(self, "_gradient_learner", None) is None:
-            self._gradient_learner = OnPolicyGradients(self.algorithm)
-        return self._gradient_learner
-
     def update(self, algorithm, batch: TensorDictBase) -> dict[str, float]:
         """The algorithm's own update, or in gradient mode its data-parallel form: for each of the update's
         minibatch steps every worker computes the gradient on its share with the current weights, and the
         learner averages them and takes the optimiser step."""
         if not self.gradients:
             return algorithm.update(batch)
-        from rlplug.training import MetricMean, NonFiniteError, scheduled_lr, set_learning_rate
+        from rlplug.training import MetricMean, NonFiniteError
 
-        learner, config, ray = self.gradient_learner(), algorithm.config, ray_module()
-        algorithm.frames += batch.numel()
-        lr = scheduled_lr(config.lr, algorithm.schedule, algorithm.frames / algorithm.total_frames)
-        set_learning_rate(algorithm.optimiser, lr)
-        algorithm.before_update(algorithm.frames / algorithm.total_frames)
+        config, ray = algorithm.config, ray_module()
+        lr = algorithm.start_update(batch.numel())
         steps = math.ceil(self.worker_frames / worker_minibatch(algorithm, self.runner.workers))
         metrics = MetricMean()
         for step in range(config.epochs * steps):
-            weights = ray.put(learner.get_weights())
+            weights = ray.put(algorithm.get_weights())
             try:
                 results = self.ray_collector.map_fn("gradients", [(step, weights)] * self.runner.workers)
             except ray.exceptions.RayActorError as error:  # its rollout is gone: the update ends here
@@ -720,8 +711,8 @@ class RayCollection:
             if not math.isfinite(losses["loss"]):
                 raise NonFiniteError("the loss")
             grads = [torch.stack([r.get(("grads", str(i))) for r in results]).mean(0)
-                     for i in range(len(learner.parameters))]
-            norm = learner.apply_gradients(grads)
+                     for i in range(len(algorithm.parameters))]
+            norm = algorithm.apply_gradients(grads)
             del losses["loss"]
             if "loss_policy" in losses:
                 metrics.add(grad_norm=norm, **{k: torch.tensor(v) for k, v in losses.items()})
@@ -778,54 +769,6 @@ def worker_minibatch(algorithm, workers: int) -> int:
     return math.ceil(algorithm.minibatch_size / workers)
 
 
-class OnPolicyGradients:
-    """pytorchrl's distributed-algorithm protocol for rlplug's on-policy family: ``compute_gradients``,
-    ``apply_gradients``, ``get_weights``, ``set_weights``, written against an :class:`OnPolicy`'s public
-    attributes (``parameters``, ``optimiser``, ``loss``, ``config``) so that it needs no change there.
-
-    ``get_weights()`` is every trained parameter (policy and critic, a shared body once) as one TensorDict keyed
-    by position; copies of one recipe's algorithm list their parameters in the same order.
-    """
-
-    def __init__(self, algorithm):
-        self.algorithm = algorithm
-        self.parameters = list(algorithm.parameters)
-
-    def get_weights(self) -> TensorDictBase:
-        return TensorDict({str(i): p.detach() for i, p in enumerate(self.parameters)}, []).consolidate()
-
-    @torch.no_grad()
-    def set_weights(self, weights: TensorDictBase) -> None:
-        for i, p in enumerate(self.parameters):
-            p.copy_(weights.get(str(i)))
-
-    def compute_gradients(self, data: dict[str, torch.Tensor], normalize_advantages: bool,
-                          diagnostics: bool = False) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
-        """The loss on one minibatch and its gradient for every parameter (nothing is stepped)."""
-        losses = self.algorithm.loss(data, normalize_advantages, diagnostics=diagnostics)
-        for p in self.parameters:
-            p.grad = None
-        losses["loss"].backward()
-        grads = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in self.parameters]
-        return grads, {k: v.detach() for k, v in losses.items()}
-
-    def apply_gradients(self, gradients: list[torch.Tensor]) -> torch.Tensor | None:
-        """Set the gradients, clip their global norm (the config's ``max_grad_norm``), step the optimiser;
-        returns the norm before clipping (None without clipping)."""
-        from rlplug.training import NonFiniteError
-
-        for p, g in zip(self.parameters, gradients):
-            p.grad = g.to(p.device)
-        norm = None
-        max_norm = self.algorithm.config.max_grad_norm
-        if max_norm:
-            norm = torch.nn.utils.clip_grad_norm_(self.parameters, max_norm, foreach=True)
-            if not torch.isfinite(norm):
-                raise NonFiniteError("the gradient norm")
-        self.algorithm.optimiser.step()
-        return norm
-
-
 @dataclass(frozen=True)
 class GradientWorkerSpec:
     """What a gradient worker builds its algorithm copy from (pickled into the Ray actor)."""
@@ -847,7 +790,6 @@ class GradientWorker:
 
     def __init__(self, algorithm, workers: int):
         self.algorithm, self.workers = algorithm, workers
-        self.gradients = OnPolicyGradients(algorithm)
         self.data: dict[str, torch.Tensor] = {}
         self.order: list[torch.Tensor | None] = []
 
@@ -880,7 +822,7 @@ class GradientWorker:
                 else [None]
         indices = self.order[index]
         minibatch = self.data if indices is None else {k: v[indices] for k, v in self.data.items()}
-        grads, losses = self.gradients.compute_gradients(minibatch, self.normalize_each,
+        grads, losses = self.algorithm.compute_gradients(minibatch, self.normalize_each,
                                                          diagnostics=epoch == self.algorithm.config.epochs - 1)
         return TensorDict({"grads": {str(i): g for i, g in enumerate(grads)},
                            "losses": {k: v.reshape(()).double() for k, v in losses.items()}}, []).consolidate()

@@ -77,6 +77,15 @@ def optimiser_step(optimiser: torch.optim.Optimizer, loss: torch.Tensor, paramet
         raise NonFiniteError("the loss")
     optimiser.zero_grad(set_to_none=True)
     loss.backward()
+    return clip_and_step(optimiser, parameters, max_grad_norm)
+
+
+def clip_and_step(optimiser: torch.optim.Optimizer, parameters: list[torch.nn.Parameter],
+                  max_grad_norm: float | None) -> torch.Tensor | None:
+    """Clip the gradients' global norm (if asked) and step; returns the norm before clipping.
+
+    A non-finite norm raises :class:`NonFiniteError` before the parameters are touched.
+    """
     norm = None
     if max_grad_norm:
         norm = torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm, foreach=True)

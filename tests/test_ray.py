@@ -19,7 +19,7 @@ import rlplug
 from conftest import CANONICAL, ROOT, run_cli
 from rlplug import recipe as recipes
 from rlplug.errors import UserError
-from rlplug.runners import LocalCollector, OnPolicyGradients, RayCollection, unreachable
+from rlplug.runners import LocalCollector, RayCollection, unreachable
 
 IMPALA = ROOT / "recipes" / "cartpole-impala-ray.toml"
 #: Small runs: two workers, no periodic evaluation or checkpoint, the csv logger only.
@@ -125,16 +125,15 @@ def test_gradients_averaged_over_workers_equal_the_local_update(tmp_path):
     batch = local.run.collector.collect()
     reference.update(batch.clone())
 
-    gradients = OnPolicyGradients(learner)
     worker = GradientWorker(worker_algorithm, workers=2)
-    OnPolicyGradients(worker_algorithm).set_weights(gradients.get_weights())
+    worker_algorithm.set_weights(learner.get_weights())
     halves = []
     for half in batch.clone().chunk(2, dim=0):  # by env rows: each half's advantages are the whole batch's
         worker.prepare(half.clone(), progress=batch.numel() / learner.total_frames)
         halves.append(worker.step(0).get("grads"))
     learner.frames += batch.numel()
-    gradients.apply_gradients([(halves[0].get(str(i)) + halves[1].get(str(i))) / 2
-                               for i in range(len(gradients.parameters))])
+    learner.apply_gradients([(halves[0].get(str(i)) + halves[1].get(str(i))) / 2
+                             for i in range(len(learner.parameters))])
     for mine, theirs in zip(learner.parameters, reference.parameters):
         torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-6)
 
@@ -228,3 +227,10 @@ def test_the_command_line_run_starts_and_stops_its_own_ray(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["frames"] >= 4096
     assert "rlplug:ray" in (out / "recipe.toml").read_text()
+    # evaluation needs no workers: the run is rebuilt with the local runner, and `rlplug eval` answers
+    from rlplug.commands.evaluate import rebuild_run
+
+    rebuilt, _ = rebuild_run(out / "checkpoint.pt", episodes=1, scratch=tmp_path / "scratch")
+    assert isinstance(rebuilt.collector, LocalCollector)
+    evaluated = run_cli("eval", str(out), "--episodes", "2", timeout=120)
+    assert evaluated.returncode == 0 and "return" in evaluated.stdout, evaluated.stderr[-2000:]

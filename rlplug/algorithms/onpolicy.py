@@ -17,14 +17,16 @@ Everything runs on tensors: the policy and critic stay TorchRL modules, read thr
 from __future__ import annotations
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
 from rlplug.acting import ActorView, value_function
 from rlplug.algorithms.config import OnPolicyConfig
 from rlplug.errors import UserError
 from rlplug.networks import share_body
-from rlplug.training import MetricMean, make_optimizer, minibatches, optimiser_step, scheduled_lr, set_learning_rate
+from rlplug.training import (MetricMean, clip_and_step, make_optimizer, minibatches, optimiser_step, scheduled_lr,
+                             set_learning_rate)
+
 
 class OnPolicy:
     """The shared update; subclasses replace :meth:`policy_loss` and may adapt after each minibatch."""
@@ -81,11 +83,7 @@ class OnPolicy:
 
     def update(self, batch: TensorDictBase) -> dict[str, float]:
         config = self.config
-        self.frames += batch.numel()
-        lr = scheduled_lr(config.lr, self.schedule, self.frames / self.total_frames)
-        set_learning_rate(self.optimiser, lr)
-        self.before_update(self.frames / self.total_frames)
-
+        lr = self.start_update(batch.numel())
         data = self.training_data(batch)
         length = len(data["advantage"])
         # Advantages are normalised per minibatch; a minibatch that is the whole batch is the same every epoch.
@@ -105,6 +103,14 @@ class OnPolicy:
         if self.critic:
             result["explained_variance"] = explained_variance(data["old_value"], data["value_target"])
         return result
+
+    def start_update(self, frames: int) -> float:
+        """Count the batch's frames, set the learning rate its schedule gives now; returns that rate."""
+        self.frames += frames
+        lr = scheduled_lr(self.config.lr, self.schedule, self.frames / self.total_frames)
+        set_learning_rate(self.optimiser, lr)
+        self.before_update(self.frames / self.total_frames)
+        return lr
 
     def training_data(self, batch: TensorDictBase) -> dict[str, torch.Tensor]:
         """The estimates for ``batch``, then the flat tensors the loss reads (the gradient workers of
@@ -151,6 +157,34 @@ class OnPolicy:
             clipped = old + (value - old).clamp(-clip, clip)
             loss = torch.max(loss, (clipped - target).pow(2))
         return loss.mean()
+
+    # -- distributed training (pytorchrl's Algorithm protocol; the gradient workers of rlplug.runners) ------
+
+    def get_weights(self) -> TensorDictBase:
+        """Every trained parameter (policy and critic, a shared body once) keyed by position: copies built
+        from one recipe list their parameters in the same order."""
+        return TensorDict({str(i): p.detach() for i, p in enumerate(self.parameters)}, []).consolidate()
+
+    @torch.no_grad()
+    def set_weights(self, weights: TensorDictBase) -> None:
+        for i, p in enumerate(self.parameters):
+            p.copy_(weights.get(str(i)))
+
+    def compute_gradients(self, data: dict[str, torch.Tensor], normalize_advantages: bool,
+                          diagnostics: bool = False) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
+        """The loss on one minibatch (see :meth:`loss`) and its gradient for every parameter; nothing steps."""
+        losses = self.loss(data, normalize_advantages, diagnostics=diagnostics)
+        self.optimiser.zero_grad(set_to_none=True)
+        losses["loss"].backward()
+        grads = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in self.parameters]
+        return grads, {k: v.detach() for k, v in losses.items()}
+
+    def apply_gradients(self, gradients: list[torch.Tensor]) -> torch.Tensor | None:
+        """Take the optimiser step with ``gradients`` (in :meth:`get_weights` order), the global norm clipped
+        as in :meth:`update`; returns the norm before clipping (None without clipping)."""
+        for p, g in zip(self.parameters, gradients):
+            p.grad = g.to(p.device)
+        return clip_and_step(self.optimiser, self.parameters, self.config.max_grad_norm)
 
     # -- what algorithms define -----------------------------------------------------------------------
 

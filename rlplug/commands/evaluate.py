@@ -171,6 +171,7 @@ def rebuild_run(checkpoint: Path, episodes: int | None, scratch: Path):
         if not isinstance(data["eval"], dict):
             raise UserError(f"{checkpoint}: not a usable rlplug checkpoint (its recipe's eval is not a table)")
         data["eval"]["episodes"] = episodes
+    data["runner"] = {"use": "local"}  # evaluation steps one env here: a run trained on Ray needs no workers
     recipe = recipes.validate(data, file=str(checkpoint))
     run = Run.build(recipe, scratch)
     try:

@@ -26,10 +26,15 @@ def rlplug_register_envs(register):
 def rlplug_register_algorithms(register):
     """Register algorithm factories; each returns an object with ``policy`` (a TensorDictModule that
     writes ``action``), ``frames_per_batch``, ``update(batch) -> dict[str, float]``, ``state_dict()`` and
-    ``load_state_dict()`` (plain tensors and numbers: checkpoints load with ``weights_only=True``), and
-    optionally ``parameters`` (the list checked for NaN after each update; default: the policy's).
+    ``load_state_dict()`` (plain tensors and numbers: checkpoints load with ``weights_only=True``).
 
-    Context: ``observation_spec``, ``action_spec``, ``device``, ``seed``, ``total_frames``.
+    Optional: ``parameters`` (the list checked for NaN after each update; default: the policy's);
+    ``asynchronous = True`` when it learns from experience collected with older weights (IMPALA: the ``ray``
+    runner then hands it rollouts first come, first served); and, for the ``ray`` runner's gradient workers,
+    pytorchrl's protocol: ``get_weights()``, ``set_weights(weights)``, ``compute_gradients(minibatch, ...)``,
+    ``apply_gradients(gradients)`` (the on-policy family's are in :class:`rlplug.algorithms.onpolicy.OnPolicy`).
+
+    Context: ``observation_spec``, ``action_spec``, ``device``, ``seed``, ``total_frames``, ``run_dir``.
     """
 
 
@@ -97,9 +102,14 @@ def rlplug_register_preprocessors(register):
 @hookspec
 def rlplug_register_runners(register):
     """Register runner factories: how a run collects its experience, in this process (``local``) or on
-    workers elsewhere (``ray``). A runner's ``collector(env, policy, frames_per_batch, seed)`` returns an
-    object with ``collect() -> TensorDict`` (``[envs, time]``, TorchRL's layout), ``tracker`` (episode
-    returns), ``restart(seed)``, ``sync_weights()`` and ``shutdown()``.
+    workers elsewhere (``ray``). A runner's ``collector(env, policy, frames_per_batch, seed, *, recipe,
+    algorithm)`` returns an object with ``collect() -> TensorDict`` (``[envs, time]``, TorchRL's layout), ``tracker`` (episode
+    returns), ``restart(seed)``, ``sync_weights()`` (after each update) and ``shutdown()``; ``recipe`` is
+    there for workers that build their own envs, ``algorithm`` for what they need to know of it.
+
+    Optional on the collector: ``metrics() -> dict`` (logged with each update: policy lag, restarts...),
+    ``statistics()`` / ``load_statistics(state)`` (the envs' running normalisation, for checkpoints) and
+    ``update(algorithm, batch) -> dict`` (the update done its own way: the gradient workers).
 
     Context: ``device``, ``seed``.
     """
