@@ -1,14 +1,17 @@
-"""rlplug vs Stable-Baselines3: PPO on CartPole-v1, measured side by side.
+"""rlplug vs Stable-Baselines3 on the same work, measured side by side.
 
-Each training run is a whole child process, so the numbers include interpreter
+Workloads: ``ppo-cartpole`` (the canonical recipe against SB3 PPO with the same rl-baselines3-zoo
+hyperparameters) and ``ddpg-pendulum`` (``recipes/pendulum-ddpg.toml`` against SB3 DDPG with the recipe's
+hyperparameters). Each training run is a whole child process, so the numbers include interpreter
 start-up, imports and evaluation: what a user waits for. The runs alternate
 (rlplug, sb3, rlplug, sb3, ...) so that drift on a shared, noisy machine hits both
 systems alike, and results are reported as medians with min-max and as ratios
 rather than as absolute times.
 
-    python benchmarks/ppo_cartpole.py                      # seeds 0 1 2, recipe defaults
-    python benchmarks/ppo_cartpole.py --frames 20000 --only sb3
-    python benchmarks/ppo_cartpole.py --repeats 3 --markdown
+    python benchmarks/versus_sb3.py                      # ppo-cartpole, seeds 0 1 2, recipe defaults
+    python benchmarks/versus_sb3.py --workload ddpg-pendulum --markdown
+    python benchmarks/versus_sb3.py --frames 20000 --only sb3
+    python benchmarks/versus_sb3.py --repeats 3 --markdown
 """
 
 from __future__ import annotations
@@ -30,10 +33,22 @@ from importlib import metadata
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-RECIPE = "recipes/cartpole-ppo.toml"
-SB3_SCRIPT = "benchmarks/peers/sb3_ppo_cartpole.py"
-SB3_DEFAULT_FRAMES = 100_000
-SOLVED_RETURN = 475.0  # CartPole-v1's reward_threshold in gymnasium
+
+
+@dataclass(frozen=True)
+class Workload:
+    recipe: str
+    peer_script: str
+    peer_default_frames: int  # the recipe's total_frames
+    solved_return: float  # the return every run should reach
+
+
+WORKLOADS = {
+    # 475: CartPole-v1's reward_threshold in gymnasium
+    "ppo-cartpole": Workload("recipes/cartpole-ppo.toml", "benchmarks/peers/sb3_ppo_cartpole.py", 100_000, 475.0),
+    # -250: issue 5's threshold for the Pendulum recipes at 20k frames
+    "ddpg-pendulum": Workload("recipes/pendulum-ddpg.toml", "benchmarks/peers/sb3_ddpg_pendulum.py", 20_000, -250.0),
+}
 SYSTEMS = ("rlplug", "sb3")
 STDERR_TAIL_LINES = 40
 
@@ -57,18 +72,19 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def child_command(system: str, seed: int, frames: int | None, out_dir: Path) -> tuple[list[str], Path]:
+def child_command(workload: Workload, system: str, seed: int, frames: int | None,
+                  out_dir: Path) -> tuple[list[str], Path]:
     """The command line for one run and the JSON file it leaves its result in."""
     if system == "rlplug":
         run_dir = out_dir
-        cmd = [sys.executable, "-m", "rlplug", "run", RECIPE, "--out", str(run_dir),
+        cmd = [sys.executable, "-m", "rlplug", "run", workload.recipe, "--out", str(run_dir),
                "--set", f"run.seed={seed}"]
         if frames is not None:
             cmd += ["--set", f"run.total_frames={frames}"]
         return cmd, run_dir / "summary.json"
     json_out = out_dir.with_suffix(".json")
-    cmd = [sys.executable, SB3_SCRIPT, "--seed", str(seed),
-           "--frames", str(frames if frames is not None else SB3_DEFAULT_FRAMES),
+    cmd = [sys.executable, workload.peer_script, "--seed", str(seed),
+           "--frames", str(frames if frames is not None else workload.peer_default_frames),
            "--json-out", str(json_out)]
     return cmd, json_out
 
@@ -103,7 +119,7 @@ def stderr_tail(log_prefix: Path) -> str:
 
 def run_one(system: str, seed: int, repeat: int, args: argparse.Namespace, work_dir: Path) -> RunResult:
     name = f"{system}-seed{seed}" + (f"-r{repeat}" if args.repeats > 1 else "")
-    cmd, result_path = child_command(system, seed, args.frames, work_dir / name)
+    cmd, result_path = child_command(WORKLOADS[args.workload], system, seed, args.frames, work_dir / name)
     exit_code, wall_s, peak_rss_mib = run_child(cmd, work_dir / f"{name}.log", args.timeout)
     result = RunResult(system, seed, repeat, ok=False, wall_s=wall_s, peak_rss_mib=peak_rss_mib)
     if exit_code != 0:
@@ -136,13 +152,13 @@ def spread(values: list[float], fmt: str) -> str:
     return f"{med} ({format(min(values), fmt)}-{format(max(values), fmt)})"
 
 
-def system_row(system: str, runs: list[RunResult], seeds: list[int]) -> dict[str, str]:
+def system_row(system: str, runs: list[RunResult], seeds: list[int], solved_return: float) -> dict[str, str]:
     ok = [r for r in runs if r.ok]
     per_seed = []
     for seed in seeds:
         returns = [r.eval_return for r in ok if r.seed == seed]
         per_seed.append(f"{seed}: {statistics.median(returns):.1f}" if returns else f"{seed}: failed")
-    solved = sum(r.eval_return >= SOLVED_RETURN for r in ok)
+    solved = sum(r.eval_return >= solved_return for r in ok)
     all_solved = solved == len(runs) and bool(runs)
     return {
         "system": system,
@@ -152,7 +168,7 @@ def system_row(system: str, runs: list[RunResult], seeds: list[int]) -> dict[str
         "train s (self)": spread([r.train_s for r in ok], ".1f"),
         "peak RSS MiB": spread([r.peak_rss_mib for r in ok], ".0f"),
         "eval return by seed": ", ".join(per_seed),
-        f">= {SOLVED_RETURN:.0f} all seeds": f"{'yes' if all_solved else 'no'} ({solved}/{len(runs)})",
+        f">= {solved_return:.0f} all seeds": f"{'yes' if all_solved else 'no'} ({solved}/{len(runs)})",
     }
 
 
@@ -230,7 +246,8 @@ def machine_lines() -> list[str]:
 
 
 def report(results: list[RunResult], systems: list[str], args: argparse.Namespace) -> str:
-    rows = [system_row(s, [r for r in results if r.system == s], args.seeds) for s in systems]
+    solved_return = WORKLOADS[args.workload].solved_return
+    rows = [system_row(s, [r for r in results if r.system == s], args.seeds, solved_return) for s in systems]
     ratios = ratio_rows(results)
     if args.markdown:
         command = "python " + shlex.join([os.path.relpath(sys.argv[0], REPO_ROOT), *sys.argv[1:]])
@@ -252,9 +269,10 @@ def report(results: list[RunResult], systems: list[str], args: argparse.Namespac
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workload", choices=list(WORKLOADS), default="ppo-cartpole")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--frames", type=int, default=None,
-                        help=f"training frames for both (default: the recipe's; sb3 {SB3_DEFAULT_FRAMES})")
+                        help="training frames for both (default: the recipe's budget)")
     parser.add_argument("--repeats", type=int, default=1, help="rlplug/sb3 pairs per seed")
     parser.add_argument("--only", choices=SYSTEMS, default=None, help="run one system only")
     parser.add_argument("--markdown", action="store_true", help="print a report for BENCHMARKS.md")
