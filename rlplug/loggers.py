@@ -258,6 +258,44 @@ class TensorBoardLogger:
                     if parameter.grad is not None:
                         self.writer.add_histogram(f"gradients/{network_name}.{name}", parameter.grad, frames)
 
+    def log_video(self, path: Path, frames: int) -> None:
+        """An evaluation video (``eval.video = true``) under the tag ``eval_video``, in TensorBoard's images tab.
+
+        TensorBoard shows videos as animated GIFs inside image summaries (torch's ``add_video`` encodes them
+        with moviepy, which rlplug does not need otherwise); Pillow, which matplotlib brings, encodes them here.
+        """
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        gif, width, height = mp4_as_gif(path)
+        image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=gif)
+        self.writer._get_file_writer().add_summary(Summary(value=[Summary.Value(tag="eval_video", image=image)]),
+                                                   global_step=frames)
+
     def close(self, summary: dict) -> None:
         self.writer.flush()
         self.writer.close()
+
+
+#: TensorBoard keeps every GIF in its event file: evaluation videos are shrunk to this many frames at most
+#: (every n-th frame) and to half their size.
+GIF_MAX_FRAMES = 150
+
+
+def mp4_as_gif(path: Path) -> tuple[bytes, int, int]:
+    """The video at ``path`` as an animated GIF that plays at the same speed; (bytes, width, height)."""
+    import io
+
+    import imageio_ffmpeg
+    from PIL import Image
+
+    reader = imageio_ffmpeg.read_frames(str(path))
+    meta = next(reader)
+    width, height = meta["size"]
+    frames = [bytes(frame) for frame in reader]
+    step = max(1, -(-len(frames) // GIF_MAX_FRAMES))
+    size = (max(1, width // 2), max(1, height // 2))
+    images = [Image.frombytes("RGB", (width, height), frame).resize(size) for frame in frames[::step]]
+    buffer = io.BytesIO()
+    images[0].save(buffer, format="GIF", save_all=True, append_images=images[1:], loop=0,
+                   duration=round(1000 * step / (meta.get("fps") or 30)))
+    return buffer.getvalue(), size[0], size[1]

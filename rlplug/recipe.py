@@ -58,7 +58,7 @@ class EvalSettings:
     #: episodes per evaluation (deterministic policy, its own env)
     episodes: Annotated[int, Range(ge=1)] = 10
     #: film one evaluation episode at each evaluation to videos/frames-N.mp4, handed to loggers that take
-    #: videos (wandb); needs rlplug[video] and an env that renders rgb_array frames
+    #: videos (wandb, tensorboard); needs rlplug[video] and an env that renders rgb_array frames
     video: bool = False
 
 

@@ -324,3 +324,28 @@ def test_tensorboard_histograms_on_request(tmp_path):
     events.Reload()
     tags = events.Tags()["histograms"]
     assert any(t.startswith("weights/policy.") for t in tags) and any(t.startswith("gradients/critic.") for t in tags)
+
+
+def test_tensorboard_shows_evaluation_videos_as_gifs(tmp_path):
+    import io
+
+    from PIL import Image
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from rlplug.loggers import GIF_MAX_FRAMES
+
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(CANONICAL.read_text().replace('use = "csv"', 'use = "tensorboard"'))
+    out = tmp_path / "run"
+    result = run_cli("run", str(recipe), "--out", str(out), "--set", "run.total_frames=512",
+                     "--set", "eval.every_frames=256", "--set", "eval.video=true", "--set", "eval.episodes=1")
+    assert result.returncode == 0, result.stderr
+    events = EventAccumulator(str(out / "tensorboard"), size_guidance={"images": 0})
+    events.Reload()
+    videos = events.Images("eval_video")
+    assert [v.step for v in videos] == [256, 512]
+    for video in videos:
+        assert video.encoded_image_string[:6] == b"GIF89a"
+        assert (video.width, video.height) == (300, 200)  # CartPole's 600x400 frames, halved
+        gif = Image.open(io.BytesIO(video.encoded_image_string))
+        assert 1 < gif.n_frames <= GIF_MAX_FRAMES and gif.size == (300, 200)
