@@ -267,6 +267,7 @@ def test_init_writes_a_commented_recipe_that_runs(tmp_path, algorithm):
     assert data["algorithm"]["policy"]["hidden"] == [64, 64]
     assert data["algorithm"]["advantage"] == {"use": "gae", "gamma": 0.99, "lmbda": 0.95}
     assert [logger["use"] for logger in data["loggers"]] == ["console", "csv"]
+    assert data["runner"] == {"use": "local"}
     if algorithm == "a2c":
         assert data["algorithm"]["optimizer"] == "rmsprop" and data["algorithm"]["frames_per_batch"] == 40
     lines = text.splitlines()

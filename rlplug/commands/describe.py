@@ -718,6 +718,8 @@ def init_recipe(algorithm: str, env: str, *, network: str | None = None, registr
     writer.settings("eval", recipe.eval, EvalSettings, "evaluation during and at the end of training")
     writer.component("env", recipe.env, role="the environment")
     writer.component("algorithm", recipe.algorithm, role="the algorithm; its nested components follow its keys")
+    writer.component("runner", recipe.runner, role="where experience is collected: 'local' (this process) or "
+                     "'ray' (workers; pip install \"rlplug[ray]\")")
     for logger in recipe.loggers:
         writer.component("loggers", logger, role="one logger (one [[loggers]] table each)", array=True)
     text = writer.text()
