@@ -469,7 +469,7 @@ class RayCollection:
                 from torchrl.collectors.distributed import RayCollector
 
             runner, workers = self.runner, self.runner.workers
-            shadow = self.policy if self.device.type == "cpu" else copy.deepcopy(self.policy).to("cpu")
+            shadow = standalone_copy(self.policy)
             source = TensorDict.from_module(self.policy).data
             learner = GradientWorkerSpec(self.recipe, self.runner.workers) if self.gradients else None
             kwargs = [{"seed": self.worker_seed(i, self.seed), "threads": 1, "learner": learner}
@@ -721,6 +721,16 @@ class RayCollection:
             result["explained_variance"] = self.explained_variance
         return result
 
+
+
+def standalone_copy(module: torch.nn.Module) -> torch.nn.Module:
+    """A CPU copy of ``module`` whose tensors own their memory, to ship to workers: the learner's parameters
+    are views of one flat tensor (:class:`rlplug.training.FlatParameters`), and a view pickles its whole
+    storage, once per parameter."""
+    copied = copy.deepcopy(module).to("cpu")
+    for tensor in (*copied.parameters(), *copied.buffers()):
+        tensor.data = tensor.data.clone()
+    return copied
 
 
 def last_line_of(error: BaseException) -> str:

@@ -59,6 +59,42 @@ def make_optimizer(name: str, parameters: list[torch.nn.Parameter], lr: float,
                         path="algorithm.optimizer_kwargs") from None
 
 
+class FlatParameters:
+    """Several modules' parameters moved into one contiguous tensor, their gradients into another.
+
+    Each parameter becomes a view of ``flat`` (its gradient a view of ``flat.grad``), so zeroing the
+    gradients, their global norm, the clip and the optimiser step over ``[flat]`` are one kernel each instead
+    of one per tensor: for small networks those launches cost as much as the arithmetic (BENCHMARKS.md). The
+    arithmetic is unchanged: the norm is over all gradients, and the optimisers here act element by element.
+    Parameters keep their identity, so modules, ``state_dict`` and ``load_state_dict`` work as before.
+    """
+
+    def __init__(self, parameters: list[torch.nn.Parameter]):
+        self.parameters = parameters
+        self.flat = torch.nn.Parameter(torch.cat([p.detach().reshape(-1) for p in parameters]))
+        self.flat.grad = torch.zeros_like(self.flat)
+        self.grads: list[torch.Tensor] = []
+        offset = 0
+        for p in parameters:
+            p.data = self.flat.data[offset: offset + p.numel()].view_as(p)
+            self.grads.append(self.flat.grad[offset: offset + p.numel()].view_as(p))
+            offset += p.numel()
+        self.zero_grad()
+
+    @staticmethod
+    def applies_to(parameters: list[torch.nn.Parameter]) -> bool:
+        """One dtype and one device: what a single tensor can hold."""
+        return len({(p.dtype, p.device) for p in parameters}) == 1
+
+    def zero_grad(self) -> None:
+        """Zero the gradients in place; backward then accumulates into the views. A parameter whose gradient
+        was replaced (a ``module.zero_grad()`` sets it to None) is given its view back."""
+        self.flat.grad.zero_()
+        for p, grad in zip(self.parameters, self.grads):
+            if p.grad is not grad:
+                p.grad = grad
+
+
 class NonFiniteError(ArithmeticError):
     """A loss or gradient became NaN or infinite; nothing was stepped."""
 
@@ -67,7 +103,8 @@ class NonFiniteError(ArithmeticError):
         self.quantity = quantity
 
 
-def optimiser_step(optimiser: torch.optim.Optimizer, loss: torch.Tensor, parameters: list[torch.nn.Parameter],
+def optimiser_step(optimiser: torch.optim.Optimizer, loss: torch.Tensor,
+                   parameters: list[torch.nn.Parameter] | FlatParameters,
                    max_grad_norm: float | None) -> torch.Tensor | None:
     """Backward, clip the global gradient norm (if asked), step; returns the norm before clipping.
 
@@ -75,12 +112,15 @@ def optimiser_step(optimiser: torch.optim.Optimizer, loss: torch.Tensor, paramet
     """
     if not torch.isfinite(loss):
         raise NonFiniteError("the loss")
-    optimiser.zero_grad(set_to_none=True)
+    if isinstance(parameters, FlatParameters):
+        parameters.zero_grad()
+    else:
+        optimiser.zero_grad(set_to_none=True)
     loss.backward()
     return clip_and_step(optimiser, parameters, max_grad_norm)
 
 
-def clip_and_step(optimiser: torch.optim.Optimizer, parameters: list[torch.nn.Parameter],
+def clip_and_step(optimiser: torch.optim.Optimizer, parameters: list[torch.nn.Parameter] | FlatParameters,
                   max_grad_norm: float | None) -> torch.Tensor | None:
     """Clip the gradients' global norm (if asked) and step; returns the norm before clipping.
 
@@ -88,7 +128,12 @@ def clip_and_step(optimiser: torch.optim.Optimizer, parameters: list[torch.nn.Pa
     """
     norm = None
     if max_grad_norm:
-        norm = torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm, foreach=True)
+        if isinstance(parameters, FlatParameters):  # torch's clip_grad_norm_ arithmetic on the one tensor
+            grad = parameters.flat.grad
+            norm = torch.linalg.vector_norm(grad)
+            grad.mul_(torch.clamp(max_grad_norm / (norm + 1e-6), max=1.0))
+        else:
+            norm = torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm, foreach=True)
         if not torch.isfinite(norm):
             raise NonFiniteError("the gradient norm")
     optimiser.step()

@@ -24,8 +24,8 @@ from rlplug.acting import ActorView, value_function
 from rlplug.algorithms.config import OnPolicyConfig
 from rlplug.errors import UserError
 from rlplug.networks import share_body
-from rlplug.training import (MetricMean, clip_and_step, make_optimizer, minibatches, optimiser_step, scheduled_lr,
-                             set_learning_rate)
+from rlplug.training import (FlatParameters, MetricMean, clip_and_step, make_optimizer, minibatches,
+                             optimiser_step, scheduled_lr, set_learning_rate)
 
 
 class OnPolicy:
@@ -53,7 +53,11 @@ class OnPolicy:
                                                              (config.value_target, ("value_target",))) if e is not None]
         modules = [self.policy, *([self.critic] if self.critic else [])]
         self.parameters = list({id(p): p for m in modules for p in m.parameters()}.values())
-        self.optimiser = make_optimizer(config.optimizer, self.parameters, config.lr, config.optimizer_kwargs)
+        #: the parameters in one tensor where they fit (what the optimiser steps), else the list itself
+        self.trained = FlatParameters(self.parameters) if FlatParameters.applies_to(self.parameters) \
+            else self.parameters
+        stepped = [self.trained.flat] if isinstance(self.trained, FlatParameters) else self.parameters
+        self.optimiser = make_optimizer(config.optimizer, stepped, config.lr, config.optimizer_kwargs)
         self.frames = 0
 
     # -- 1. estimates ---------------------------------------------------------------------------------
@@ -95,7 +99,7 @@ class OnPolicy:
         for epoch in range(config.epochs):
             for minibatch in minibatches(data, self.minibatch_size):
                 losses = self.loss(minibatch, normalize_each, diagnostics=epoch == config.epochs - 1)
-                grad_norm = optimiser_step(self.optimiser, losses.pop("loss"), self.parameters, config.max_grad_norm)
+                grad_norm = optimiser_step(self.optimiser, losses.pop("loss"), self.trained, config.max_grad_norm)
                 self.after_minibatch(losses)
                 if "loss_policy" in losses:
                     metrics.add(grad_norm=grad_norm, **losses)
@@ -174,7 +178,7 @@ class OnPolicy:
                           diagnostics: bool = False) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
         """The loss on one minibatch (see :meth:`loss`) and its gradient for every parameter; nothing steps."""
         losses = self.loss(data, normalize_advantages, diagnostics=diagnostics)
-        self.optimiser.zero_grad(set_to_none=True)
+        self.zero_grad()
         losses["loss"].backward()
         grads = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in self.parameters]
         return grads, {k: v.detach() for k, v in losses.items()}
@@ -182,9 +186,17 @@ class OnPolicy:
     def apply_gradients(self, gradients: list[torch.Tensor]) -> torch.Tensor | None:
         """Take the optimiser step with ``gradients`` (in :meth:`get_weights` order), the global norm clipped
         as in :meth:`update`; returns the norm before clipping (None without clipping)."""
+        self.zero_grad()
         for p, g in zip(self.parameters, gradients):
-            p.grad = g.to(p.device)
-        return clip_and_step(self.optimiser, self.parameters, self.config.max_grad_norm)
+            p.grad.copy_(g)
+        return clip_and_step(self.optimiser, self.trained, self.config.max_grad_norm)
+
+    def zero_grad(self) -> None:
+        if isinstance(self.trained, FlatParameters):
+            self.trained.zero_grad()
+        else:
+            for p in self.parameters:
+                p.grad = torch.zeros_like(p)
 
     # -- what algorithms define -----------------------------------------------------------------------
 
