@@ -113,7 +113,23 @@ def load(path: str | Path, overrides: list[str] = ()) -> Recipe:
     data = read_toml(path)
     for override in overrides:
         apply_override(data, override, file=str(path))
-    return validate(data, file=str(path))
+    try:
+        return validate(data, file=str(path))
+    except UserError as error:
+        raise with_switch_hint(error, overrides) from None
+
+
+def with_switch_hint(error: UserError, overrides: list[str]) -> UserError:
+    """``error``, with what to do added when it is a key the file wrote for the component an override of
+    ``TABLE.use`` replaced (``--set runner.use=local`` on a recipe whose ``[runner]`` has Ray's keys)."""
+    for override in overrides:
+        key, _, name = (part.strip() for part in override.partition("="))
+        table = key.removesuffix(".use")
+        if table != key and error.path.startswith(table + ".") and error.message.startswith("unknown key"):
+            error.message += (f"; the file's other keys in [{table}] belong to the component it named: replace "
+                              f"the whole table instead, e.g. --set '{table}={{use=\"{name.strip(chr(34))}\"}}'")
+            return error
+    return error
 
 
 def validate(data: dict[str, Any], *, file: str = "<recipe>") -> Recipe:

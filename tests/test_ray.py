@@ -234,3 +234,11 @@ def test_the_command_line_run_starts_and_stops_its_own_ray(tmp_path):
     assert isinstance(rebuilt.collector, LocalCollector)
     evaluated = run_cli("eval", str(out), "--episodes", "2", timeout=120)
     assert evaluated.returncode == 0 and "return" in evaluated.stdout, evaluated.stderr[-2000:]
+
+
+def test_switching_a_ray_recipe_to_local_by_its_use_key_says_how(tmp_path):
+    out = tmp_path / "local"
+    result = run_cli("run", str(IMPALA), "--set", "runner.use=local", "--out", str(out), timeout=60)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "runner.workers: unknown key 'workers'" in result.stderr
+    assert "--set 'runner={use=\"local\"}'" in result.stderr and not out.exists()
