@@ -2,6 +2,8 @@
 
     python benchmarks/recipes.py                                   # every recipe with a threshold, seeds 0 1 2
     python benchmarks/recipes.py --recipes cartpole-a2c --seeds 0 1 2 3 4
+    python benchmarks/recipes.py --recipes pendulum-ddpg --set env.observation_indices=[0,1] \
+        --set run.total_frames=30000                             # the MLP on pendulum-ddpg-lstm's observations
 
 Each run is a whole ``python -m rlplug run`` process; the table gives per-seed returns, the median, the wall
 time and whether every seed reached the threshold, next to the published number it should be read against.
@@ -31,13 +33,15 @@ RECIPES = {
     "pendulum-ddpg": (-250, "rl-baselines3-zoo DDPG, 20k steps: about -152 (issue 5)"),
     "pendulum-td3": (-250, "rl-baselines3-zoo TD3, 20k steps: -151.9 +- 90.2"),
     "pendulum-sac": (-250, "rl-baselines3-zoo SAC, 20k steps: -157.0 +- 88.7"),
+    "pendulum-ddpg-lstm": (-300, "no zoo entry (velocity removed); compare the MLP DDPG on the same observations "
+                                 "(the --set example above)"),
     "cartpole-dqn": (400, "rl-baselines3-zoo DQN, 50k steps: 500.0 +- 0.0"),
 }
 
 
-def run(recipe: str, seed: int, out: Path) -> dict:
+def run(recipe: str, seed: int, out: Path, overrides: list[str] = ()) -> dict:
     command = [sys.executable, "-m", "rlplug", "run", str(ROOT / "recipes" / f"{recipe}.toml"), "--out", str(out),
-               "--set", f"run.seed={seed}"]
+               "--set", f"run.seed={seed}", *(item for override in overrides for item in ("--set", override))]
     started = time.perf_counter()
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     wall = time.perf_counter() - started
@@ -51,8 +55,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipes", nargs="+", default=list(RECIPES), choices=list(RECIPES))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a recipe override for every run (as rlplug run --set)")
     args = parser.parse_args()
-    print(f"python benchmarks/recipes.py --recipes {' '.join(args.recipes)} --seeds {' '.join(map(str, args.seeds))}")
+    sets = "".join(f" --set {override}" for override in args.set)
+    print(f"python benchmarks/recipes.py --recipes {' '.join(args.recipes)} --seeds {' '.join(map(str, args.seeds))}"
+          f"{sets}")
     print(f"date (UTC) {datetime.now(timezone.utc):%Y-%m-%d %H:%M}\n")
     print("| recipe | frames | eval return by seed | median | threshold | all seeds | wall s (median) | published |")
     print("|---|---|---|---|---|---|---|---|")
@@ -60,7 +68,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         for recipe in args.recipes:
             threshold, published = RECIPES[recipe]
-            results = {seed: run(recipe, seed, Path(scratch) / f"{recipe}-{seed}") for seed in args.seeds}
+            results = {seed: run(recipe, seed, Path(scratch) / f"{recipe}-{seed}", args.set) for seed in args.seeds}
             returns = [r["return"] for r in results.values() if "return" in r]
             shown = ", ".join(f"{s}: {r['return']:.1f}" if "return" in r else f"{s}: error ({r['error']})"
                               for s, r in results.items())

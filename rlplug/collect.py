@@ -8,6 +8,10 @@ and ``next`` with ``observation``, ``reward``, ``done``, ``terminated``, ``trunc
   TensorDict or tensor per step, the policy in numpy where it is a plain MLP
   (:class:`rlplug.acting.NumpyCategoricalMLP`);
 - the TensorDict road for any other TorchRL env and policy: ``env.step_and_maybe_reset(policy(state))``.
+
+A recurrent policy (:mod:`rlplug.recurrent`) takes the TensorDict road on the env
+:func:`~rlplug.recurrent.with_recurrent_state` wraps, which carries its hidden state from step to step and
+marks each episode's first step (``is_init``), where the state restarts.
 """
 
 from __future__ import annotations
@@ -22,13 +26,14 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from rlplug.acting import ActorView, ArrayActor
 from rlplug.errors import UserError
+from rlplug.recurrent import is_recurrent, with_recurrent_state
 
 RECENT_EPISODES = 20
 
 
 def actor_view_for(env: EnvBase, policy) -> ActorView | None:
     """The actor view to collect with on the array road, or None where only the TensorDict road goes."""
-    if not getattr(env, "supports_tensor_steps", False):
+    if not getattr(env, "supports_tensor_steps", False) or is_recurrent(policy):
         return None
     try:
         return ActorView.of(policy)
@@ -68,6 +73,8 @@ class Collector:
                             f"{self.envs} parallel envs", path="algorithm.frames_per_batch")
         self.steps = frames_per_batch // self.envs
         self.time_dim = len(env.batch_size)
+        if is_recurrent(policy):
+            self.env = with_recurrent_state(env, policy)
         self.actor = actor_view_for(env, policy) if array_road else None
         self.array_actor = ArrayActor.of(self.actor, env.device or "cpu", seed, self.envs) if self.actor else None
         self.tracker = EpisodeTracker(self.envs)
@@ -149,6 +156,8 @@ def evaluate(env: EnvBase, policy, episodes: int, seed: int) -> list[float]:
                 tracker.add(transition.reward.reshape(envs, 1), done.reshape(envs, 1))
                 observation = transition.observation
         else:
+            if is_recurrent(policy):
+                env = with_recurrent_state(env, policy)
             env.set_seed(seed)
             state = env.reset()
             while tracker.episodes < episodes:

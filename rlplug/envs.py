@@ -9,7 +9,7 @@ Everything that changes what the agent sees is applied where both roads pass, so
 and :meth:`~VectorGymEnv.step_tensors` give the same numbers:
 
 - per sub-env, as gymnasium wrappers (:func:`make_gym_vector_env`): the time limit, the recipe's wrappers,
-  one-hot encoding or flattening of non-Box observations, frame stacking;
+  one-hot encoding or flattening of non-Box observations, the observation entries kept, frame stacking;
 - on the vector env, as :class:`VectorStage`: observation normalisation and clipping (final observations of
   ended episodes included), reward scaling, and the statistics behind them.
 """
@@ -350,8 +350,39 @@ def _wrap_with(index: int, cls: type[gym.Wrapper], kwargs: Mapping[str, Any]) ->
     return wrap
 
 
-def _shape_observations(env_id: str, flatten: bool, frame_stack: int) -> Callable[[gym.Env], gym.Env]:
-    """One Box observation per sub-env: non-Box spaces one-hot encoded or flattened, then frames stacked."""
+class SelectObservation(gym.ObservationWrapper):
+    """Only the entries ``indices`` of a one-dimensional Box observation, in that order: a partially observed
+    env from a recipe (Pendulum-v1 without its angular velocity: ``[0, 1]``)."""
+
+    def __init__(self, env: gym.Env, indices: Sequence[int]):
+        super().__init__(env)
+        self.indices = np.asarray(indices, dtype=np.int64)
+        space = env.observation_space
+        self.observation_space = gym.spaces.Box(space.low[self.indices], space.high[self.indices],
+                                                dtype=space.dtype)
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        return observation[self.indices]
+
+
+def _select(env: gym.Env, env_id: str, indices: Sequence[int]) -> gym.Env:
+    """:class:`SelectObservation`, or ``UserError`` naming ``env.observation_indices``."""
+    space = env.observation_space
+    if len(space.shape) != 1:
+        raise UserError(f"selects entries of a one-dimensional observation, and {env_id}'s is a "
+                        f"{space_name(space)}; set flatten_observations = true", path="env.observation_indices")
+    size = space.shape[0]
+    outside = [i for i in indices if not 0 <= i < size]
+    if outside:
+        raise UserError(f"{env_id}'s observation has {size} entries (indices 0 to {size - 1}), got {outside[0]}",
+                        path="env.observation_indices")
+    return SelectObservation(env, indices)
+
+
+def _shape_observations(env_id: str, flatten: bool, frame_stack: int,
+                        indices: Sequence[int] | None = None) -> Callable[[gym.Env], gym.Env]:
+    """One Box observation per sub-env: non-Box spaces one-hot encoded or flattened, the entries ``indices``
+    kept, then frames stacked."""
     spaces = gym.spaces
 
     def shape(env: gym.Env) -> gym.Env:
@@ -371,6 +402,8 @@ def _shape_observations(env_id: str, flatten: bool, frame_stack: int) -> Callabl
                                 f"{one_line(error)}", path="env") from None
             if not np.issubdtype(env.observation_space.dtype, np.floating):
                 env = gym.wrappers.DtypeObservation(env, np.float32)
+        if indices is not None:
+            env = _select(env, env_id, indices)
         if frame_stack > 1:
             flat = len(env.observation_space.shape) == 1
             env = gym.wrappers.FrameStackObservation(env, frame_stack)
@@ -401,7 +434,7 @@ def make_gym_vector_env(env_id: str, *, num_envs: int, max_episode_steps: int | 
                         make_kwargs: dict[str, Any], device: str = "cpu",
                         wrappers: Sequence[tuple[type[gym.Wrapper], Mapping[str, Any]]] = (),
                         flatten_observations: bool = False, frame_stack: int = 1,
-                        normalize_observations: str = "none", clip_observations: float | None = None,
+                        observation_indices: Sequence[int] | None = None, normalize_observations: str = "none", clip_observations: float | None = None,
                         normalize_rewards: bool = False, reward_gamma: float = 0.99) -> EnvBase:
     """A TorchRL env over gymnasium's synchronous vector env.
 
@@ -411,12 +444,12 @@ def make_gym_vector_env(env_id: str, *, num_envs: int, max_episode_steps: int | 
 
     Each sub-env is ``gym.make(env_id, max_episode_steps=..., **make_kwargs)``, then ``wrappers`` (gymnasium
     wrapper classes with their arguments, all but the env) in order, then the observation shaping of
-    :func:`_shape_observations` (``flatten_observations``, ``frame_stack``). The vector env then gets a
+    :func:`_shape_observations` (``flatten_observations``, ``observation_indices``, ``frame_stack``). The vector env then gets a
     :class:`VectorStage` (``normalize_observations``, ``clip_observations``, ``normalize_rewards``,
     ``reward_gamma``). Problems with the id, the spaces or the options are ``UserError``.
     """
     per_env = [_wrap_with(i, cls, kwargs) for i, (cls, kwargs) in enumerate(wrappers)]
-    per_env.append(_shape_observations(env_id, flatten_observations, frame_stack))
+    per_env.append(_shape_observations(env_id, flatten_observations, frame_stack, observation_indices))
     try:
         vector_env = gym.make_vec(
             env_id, num_envs=num_envs, vectorization_mode="sync",

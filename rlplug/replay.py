@@ -9,6 +9,10 @@ share one interface, the one ``rlplug_register_replay_buffers`` asks for:
   replacement from a ``torch.Generator`` seeded with the run's seed. The prioritised buffer adds
   ``index`` (the storage indices, long, ``[batch_size]``) and ``weight`` (the importance weights,
   float32, ``[batch_size]``), and takes ``update_priority(index, priority)`` with e.g. ``|td_error|``.
+- ``sample_sequences(batch_size, length) -> TensorDict`` of shape ``[batch_size // length, length]``:
+  runs of ``length`` consecutive steps of one episode (for recurrent networks), found from the ``episode``
+  and ``step`` entries the transitions must carry (TorchRL's ``SliceSampler`` in its fragmented mode, so the
+  steps of several envs may interleave in the ring). Uniform buffers only.
 - ``len(buffer)``, ``capacity``.
 - ``state_dict()`` / ``load_state_dict(state)``: plain tensors, numbers and strings, loadable with
   ``torch.load(weights_only=True)``: the write cursor, the write count, the sampler's generator state,
@@ -32,7 +36,7 @@ from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from torchrl.data import LazyMemmapStorage, LazyTensorStorage, RandomSampler
+from torchrl.data import LazyMemmapStorage, LazyTensorStorage, RandomSampler, SliceSampler
 from torchrl.data import ReplayBuffer as TorchRLReplayBuffer
 from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.data.replay_buffers.writers import RoundRobinWriter
@@ -75,6 +79,7 @@ class ReplayBuffer:
         self.generator.manual_seed(int(seed))
         self._rb = TorchRLReplayBuffer(storage=store, sampler=self._make_sampler(), writer=RoundRobinWriter(),
                                        generator=self.generator)
+        self._slices: SliceSampler | None = None  # made at the first sample_sequences
 
     # -- what subclasses change ------------------------------------------------------------------------
 
@@ -122,6 +127,31 @@ class ReplayBuffer:
         data, _ = self._sample(batch_size)
         return data
 
+    def sample_sequences(self, batch_size: int, length: int) -> TensorDictBase:
+        """``batch_size // length`` runs of ``length`` consecutive steps of one episode each (drawn with
+        replacement, each run's start uniform over its episode's stored steps), shaped ``[runs, length]``.
+
+        A run never crosses an episode's end, nor a gap where the ring overwrote steps; episodes with fewer
+        than ``length`` stored steps are not drawn from.
+        """
+        if batch_size % length:
+            raise ValueError(f"batch_size ({batch_size}) must be a multiple of the sequence length ({length})")
+        if self._slices is None or self._slices.slice_len != length:
+            self._slices = SliceSampler(slice_len=length, traj_key="episode", step_key="step", fragmented=True,
+                                        strict_length=True, truncated_key=None, init_key=None)
+            self._slices._rng = self.generator
+        if len(self) == 0:
+            raise RuntimeError("cannot sample from an empty replay buffer")
+        try:
+            index, _ = self._slices.sample(self._rb._storage, int(batch_size))
+        except RuntimeError as error:
+            if "sufficient length" not in str(error):
+                raise
+            raise UserError(f"no stored episode has {length} steps yet: lower algorithm.sequence_length or raise "
+                            f"algorithm.learning_starts", path="algorithm.sequence_length") from None
+        data = self._rb._storage[index].reshape(-1, length)
+        return data.to(self.device) if data.device != self.device else data
+
     def _sample(self, batch_size: int) -> tuple[TensorDictBase, dict[str, Any]]:
         if len(self) == 0:
             raise RuntimeError("cannot sample from an empty replay buffer")
@@ -152,6 +182,7 @@ class ReplayBuffer:
                              f"of a {self.storage_kind} buffer of capacity {self.capacity}")
         n = int(state["len"])
         self._rb.empty()
+        self._slices = None  # its index of episodes described the storage as it was
         store = self._rb._storage
         if self.storage_kind == "memory":
             if n:
@@ -331,6 +362,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         data.set("index", info["index"].to(self.device))
         data.set("weight", info["weight"].to(self.device))
         return data
+
+    def sample_sequences(self, batch_size: int, length: int) -> TensorDictBase:
+        raise UserError("prioritized replay samples single transitions; recurrent networks (lstm, gru) learn from "
+                        "sequences of a 'uniform' buffer", path="algorithm.replay_buffer")
 
     def update_priority(self, index: torch.Tensor, priority: torch.Tensor) -> None:
         """Set the priorities of the transitions at ``index`` to ``|priority| + eps``."""

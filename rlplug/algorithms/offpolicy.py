@@ -17,6 +17,11 @@ the actor behind the preprocessor, then the noise, then uniformly random actions
 ``random_frames`` frames. The update calls the networks' own torch modules on tensors.
 
 Target networks are deep copies moved towards the online ones by :func:`polyak_update`.
+
+With recurrent networks (DDPG, TD3: :mod:`rlplug.recurrent`) the store also writes each transition's
+episode id, step and ``is_init``, and a sample is ``batch_size / sequence_length`` sequences of one
+episode's consecutive steps: the observations become an :class:`~rlplug.recurrent.ObservationSequence` and
+every other tensor is ``[sequences, steps, ...]`` from the burn-in on, so the gradient steps do not change.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from rlplug.acting import ActorView
 from rlplug.algorithms.offpolicy_config import OffPolicyConfig
 from rlplug.errors import UserError
 from rlplug.networks import is_discrete, observation_key
+from rlplug.recurrent import ObservationSequence, is_recurrent, sequence_function
 from rlplug.training import MetricMean, NonFiniteError, make_optimizer, optimiser_step, scheduled_lr, set_learning_rate
 
 #: The transition keys stored in the replay buffer (TorchRL's layout); ``observation`` stands for the
@@ -216,6 +222,7 @@ class OffPolicy:
         self.autocast = mixed_precision_context(config.mixed_precision, device)
         self.learners: dict[str, Learner] = {}
         self.noise = None
+        self.sequences = False  # build() says whether the networks learn from sequences (recurrent ones)
 
         actor = self.build()  # the subclass's networks and learners; the actor that acts
         stages = [behind_preprocessor(actor, self.preprocessor, action_spec), *self.exploration_stages()]
@@ -269,6 +276,8 @@ class OffPolicy:
             "next": {"observation": flat.get(("next", key)), "reward": reward,
                      "terminated": flat.get(("next", "terminated"))},
         }, batch_size=flat.batch_size)
+        if self.sequences:
+            transitions.update({"is_init": flat.get("is_init"), **self.episodes.label(batch.get("is_init"))})
         self.replay.extend(transitions)
         if self.preprocessor is not None:
             self.preprocessor.train()
@@ -316,6 +325,9 @@ class OffPolicy:
     @torch.no_grad()
     def samples(self) -> Iterator[dict[str, torch.Tensor]]:
         """``gradient_steps`` samples from the buffer as tensors, observations preprocessed."""
+        if self.sequences:
+            yield from self.sequence_samples()
+            return
         for _ in range(self.config.gradient_steps):
             sample = self.replay.sample(self.config.batch_size)
             data = {
@@ -328,6 +340,26 @@ class OffPolicy:
             if "index" in sample.keys():
                 data["index"] = sample.get("index")
             yield data
+
+    def sequence_samples(self) -> Iterator[dict]:
+        """``gradient_steps`` samples of sequences: the observations as an ObservationSequence (the stored
+        ones and the last one's next; ``is_init`` on the first, where the zero state starts, and wherever
+        an episode starts), the rest ``[sequences, steps, ...]`` from ``burn_in`` on. Sampled sequences never
+        cross an episode's end, so the next observations are the observations one step on."""
+        length, start = self.config.sequence_length, self.config.burn_in
+        for _ in range(self.config.gradient_steps):
+            sample = self.replay.sample_sequences(self.config.batch_size, length)
+            observations = torch.cat([sample.get("observation"), sample.get(("next", "observation"))[:, -1:]], 1)
+            stored = sample.get("is_init").bool()
+            is_init = torch.cat([torch.ones_like(stored[:, :1]), stored[:, 1:], torch.zeros_like(stored[:, :1])], 1)
+            sequence = ObservationSequence(self.preprocess(observations), is_init, start, 0)
+            yield {
+                "observation": sequence, "next_observation": sequence.next(),
+                "action": sample.get("action")[:, start:],
+                "reward": sample.get(("next", "reward"))[:, start:].float(),
+                "not_terminated": (~sample.get(("next", "terminated"))[:, start:].bool()).float(),
+                "weight": None,
+            }
 
     def preprocess(self, observation: torch.Tensor) -> torch.Tensor:
         observation = observation.float()
@@ -366,6 +398,8 @@ class OffPolicy:
             state["preprocessor"] = self.preprocessor.state_dict()
         if self.noise is not None:
             state["noise"] = self.noise.state_dict()
+        if self.sequences:
+            state["episodes"] = self.episodes.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -379,7 +413,57 @@ class OffPolicy:
             self.preprocessor.load_state_dict(state["preprocessor"])
         if self.noise is not None:
             self.noise.load_state_dict(state["noise"])
+        if self.sequences:
+            self.episodes.load_state_dict(state["episodes"])
         self.follow_schedules()
+
+
+def build_network(component, **context) -> TensorDictModuleBase:
+    """``component.build(**context)``, its errors located at the component's key in the algorithm's table
+    (``algorithm.policy``)."""
+    try:
+        return component.build(**context)
+    except UserError as error:
+        raise (error if error.path else error.located(prefix=f"algorithm.{component.path}")) from None
+
+
+class EpisodeLabels:
+    """Each stored transition's episode id (unique over the run) and step within the episode, which the
+    replay buffer's sequence sampler reads; an episode starts wherever the collector's ``is_init`` is set."""
+
+    def __init__(self):
+        self.next_id = 0
+        self.episode: torch.Tensor | None = None  # [envs]: each env's current episode and step
+        self.step: torch.Tensor | None = None
+
+    def label(self, is_init: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``is_init`` ``[*envs, time, 1]`` -> ``episode`` and ``step``, flattened as the batch is."""
+        starts = is_init.reshape(-1, is_init.shape[-2]).cpu()  # [envs, time]
+        envs, steps = starts.shape
+        if self.episode is None or len(self.episode) != envs:
+            self.episode, self.step = torch.full((envs,), -1), torch.zeros(envs, dtype=torch.long)
+        episode, step = torch.empty(envs, steps, dtype=torch.long), torch.empty(envs, steps, dtype=torch.long)
+        for t in range(steps):
+            new = starts[:, t]
+            count = int(new.sum())
+            if count:
+                self.episode[new] = torch.arange(self.next_id, self.next_id + count)
+                self.step[new] = 0
+                self.next_id += count
+            episode[:, t], step[:, t] = self.episode, self.step
+            self.step += 1
+        device = is_init.device
+        return {"episode": episode.reshape(-1).to(device), "step": step.reshape(-1).to(device)}
+
+    def state_dict(self) -> dict:
+        state = {"next_id": self.next_id}
+        if self.episode is not None:
+            state.update(episode=self.episode.clone(), step=self.step.clone())
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        self.next_id = int(state["next_id"])
+        self.episode, self.step = state.get("episode"), state.get("step")
 
 
 def mixed_precision_context(enabled: bool, device: str) -> Callable[[], object]:
@@ -403,17 +487,25 @@ class ActorCritic(OffPolicy):
 
     def build(self) -> TensorDictModuleBase:
         config, key = self.config, self.observation_key
-        self.actor = config.policy.build(role=self.actor_role, **self.specs)
-        if self.actor_role == "deterministic_policy":
-            self.mu = tensor_function(self.actor, [key])
-        self.critic_networks = nn.ModuleList(config.critic.build(role="q_value", **self.specs)
+        self.actor = build_network(config.policy, role=self.actor_role, **self.specs)
+        self.critic_networks = nn.ModuleList(build_network(config.critic, role="q_value", **self.specs)
                                              for _ in range(self.critics))
+        self.sequences = is_recurrent(self.actor) or is_recurrent(self.critic_networks)
+        if self.sequences:
+            if not is_recurrent(self.actor):  # episodes are told apart by the is_init of the actor's collection
+                raise UserError("a recurrent critic needs a recurrent actor: set use = 'lstm' or 'gru' here too",
+                                path="algorithm.policy")
+            self.check_sequences()
+            self.episodes = EpisodeLabels()
+        function = sequence_function if self.sequences else tensor_function
+        if self.actor_role == "deterministic_policy":
+            self.mu = function(self.actor, [key])
         self.target_critics = target_copy(self.critic_networks)
-        self.q = [tensor_function(c, [key, "action"]) for c in self.critic_networks]
-        self.target_q = [tensor_function(c, [key, "action"]) for c in self.target_critics]
+        self.q = [function(c, [key, "action"]) for c in self.critic_networks]
+        self.target_q = [function(c, [key, "action"]) for c in self.target_critics]
         if self.target_actor:
             self.actor_target = target_copy(self.actor)
-            self.mu_target = tensor_function(self.actor_target, [key])
+            self.mu_target = function(self.actor_target, [key])
         actor_lr, critic_lr = learning_rates(config.lr)
         self.learners = {"actor": Learner(list(self.actor.parameters()), actor_lr, config, self.device),
                          "critic": Learner(list(self.critic_networks.parameters()), critic_lr, config, self.device)}
@@ -421,6 +513,22 @@ class ActorCritic(OffPolicy):
         self.action_scale = (low_high[1] - low_high[0]) / 2 if low_high else torch.ones(())
         self.action_low_high = low_high
         return self.actor
+
+    def check_sequences(self) -> None:
+        """What recurrent networks need of the rest of the recipe, as one-line errors naming the key."""
+        config = self.config
+        if config.burn_in >= config.sequence_length:
+            raise UserError(f"must be less than sequence_length ({config.sequence_length}), got {config.burn_in}",
+                            path="algorithm.burn_in")
+        if config.batch_size % config.sequence_length:
+            raise UserError(f"counts steps and must be a multiple of sequence_length ({config.sequence_length}) "
+                            f"with recurrent networks, got {config.batch_size}", path="algorithm.batch_size")
+        if self.preprocessor is not None:
+            raise UserError("recurrent networks (lstm, gru) read the observations as the env gives them; use "
+                            "the env's normalize_observations instead", path="algorithm.observation_preprocessor")
+        if callable(getattr(self.replay, "update_priority", None)):
+            raise UserError("prioritized replay samples single transitions; recurrent networks (lstm, gru) learn "
+                            "from sequences of a 'uniform' buffer", path="algorithm.replay_buffer")
 
     def exploration_stages(self) -> list[TensorDictModuleBase]:
         if self.config.exploration_noise is None:

@@ -34,7 +34,10 @@ skrl ``DDPG_CFG``                      rlplug ``[algorithm]`` key
 =====================================  ==========================================================================
 
 rlplug adds ``steps_per_update`` (env steps per update: ``frames_per_batch = num_envs x steps_per_update``),
-``optimizer`` and ``optimizer_kwargs`` (as the on-policy algorithms have them).
+``optimizer`` and ``optimizer_kwargs`` (as the on-policy algorithms have them), and for DDPG and TD3 with
+recurrent networks (``lstm``, ``gru``: :mod:`rlplug.recurrent`) ``sequence_length`` and ``burn_in``: each
+gradient step samples ``batch_size / sequence_length`` sequences of consecutive steps of one episode, and
+learns from all but their first ``burn_in`` steps.
 """
 
 from __future__ import annotations
@@ -121,6 +124,11 @@ class ActorCriticConfig(OffPolicyConfig):
     tau: Fraction = 0.005
     #: the noise added to actions while collecting (unset: none)
     exploration_noise: Noise | None = "gaussian"
+    #: recurrent networks (lstm, gru) only: steps per sampled sequence; batch_size counts steps and must be
+    #: a multiple of it (batch_size / sequence_length sequences per gradient step)
+    sequence_length: Count = 16
+    #: recurrent networks only: the first steps of each sequence only warm up the hidden state (no loss)
+    burn_in: Frames = 0
 
 
 @dataclass(frozen=True)

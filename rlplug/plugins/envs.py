@@ -86,6 +86,15 @@ def wrapper_arguments_problem(wrapper: Wrapper) -> str | None:
     return None
 
 
+def indices_problem(indices: list[int]) -> str | None:
+    """What is wrong with ``observation_indices`` before the env exists (the range is checked at build)."""
+    if not indices:
+        return "must name at least one observation entry to keep"
+    if len(set(indices)) != len(indices):
+        return f"names an entry twice: {indices}"
+    return None
+
+
 def make_gym(
     #: the gymnasium id, e.g. CartPole-v1
     id: Annotated[str, Check(known_gym_id)],
@@ -96,6 +105,7 @@ def make_gym(
     wrappers: list[Annotated[Wrapper, Check(wrapper_arguments_problem)]] = (),
     flatten_observations: bool = False,
     frame_stack: Annotated[int, Range(ge=1)] = 1,
+    observation_indices: Annotated[list[Annotated[int, Range(ge=0)]], Check(indices_problem)] | None = None,
     normalize_observations: Literal["none", "fixed", "running"] = "none",
     clip_observations: Annotated[float, Range(gt=0)] | None = None,
     normalize_rewards: bool = False,
@@ -111,6 +121,9 @@ def make_gym(
       with their ``kwargs``.
     - ``flatten_observations``: Dict, Tuple and multi-dimensional Box observations flattened into one vector
       (Discrete, MultiDiscrete and MultiBinary observations are always one-hot encoded).
+    - ``observation_indices``: only these entries of a one-dimensional observation are kept, in this order
+      (after flattening, before frame stacking): partial observability from a recipe, e.g. ``[0, 1]`` is
+      Pendulum-v1's cos and sin of the angle without its angular velocity. Unset: all.
     - ``frame_stack``: the last k observations stacked, oldest first (vectors concatenated into one of k times
       the size; other shapes get a leading axis of k); 1: none.
     - ``normalize_observations``: "fixed" rescales into [-1, 1] from the space's finite bounds; "running"
@@ -126,7 +139,7 @@ def make_gym(
         id, num_envs=num_envs, max_episode_steps=max_episode_steps, make_kwargs=kwargs or {}, device=device,
         wrappers=[(gym_wrapper_class(w.name), dict(w.kwargs)) for w in wrappers],
         flatten_observations=flatten_observations, frame_stack=frame_stack,
-        normalize_observations=normalize_observations, clip_observations=clip_observations,
+        observation_indices=observation_indices, normalize_observations=normalize_observations, clip_observations=clip_observations,
         normalize_rewards=normalize_rewards, reward_gamma=reward_gamma,
     )
 

@@ -1,7 +1,9 @@
-"""Policy and value networks sized from the env's specs: an MLP, and any stack of torch.nn layers.
+"""Policy and value networks sized from the env's specs: an MLP, any stack of torch.nn layers, and
+recurrent (LSTM, GRU) actors and critics for DDPG and TD3.
 
-Both share one output-layer-and-head path (:func:`rlplug.networks.with_head`) and the continuous-head
-options ``log_std``, ``log_std_init`` and ``squash`` (see :mod:`rlplug.networks`).
+All share one output-layer-and-head path (:func:`rlplug.networks.with_head`); the feedforward ones also the
+continuous-head options ``log_std``, ``log_std_init`` and ``squash`` (see :mod:`rlplug.networks`). The
+recurrent ones are described in :mod:`rlplug.recurrent`.
 """
 
 from __future__ import annotations
@@ -84,7 +86,61 @@ def _network(layers, observation_spec, action_spec, role, *, init, log_std, log_
                      init=init, log_std=log_std, log_std_init=log_std_init, squash=squash, device=device)
 
 
+def make_lstm(
+    observation_spec,
+    action_spec,
+    role: str,
+    #: features of the LSTM's hidden state
+    hidden_size: Annotated[int, Range(ge=1)] = 64,
+    #: stacked LSTM layers
+    num_layers: Annotated[int, Range(ge=1)] = 1,
+    #: sizes of the head's hidden layers, after the LSTM
+    hidden: list[Annotated[int, Range(ge=1)]] = (64,),
+    #: the activation after each of the head's hidden layers
+    activation: Literal["tanh", "relu", "elu", "gelu", "silu"] = "relu",
+    #: the head's initialisation: orthogonal (CleanRL / SB3 gains, zero biases; the actor's output layer
+    #: at gain 0.01 keeps its first actions off the tanh's flat ends), or torch's default
+    init: Init = "orthogonal",
+    device: str = "cpu",
+):
+    """An LSTM over the observations, then an MLP head: a DDPG / TD3 actor or critic with memory (the
+    hidden state is carried across steps in the TensorDict and reset where episodes end)."""
+    from rlplug.recurrent import make_recurrent
+
+    return make_recurrent("lstm", observation_spec=observation_spec, action_spec=action_spec, role=role,
+                          hidden_size=hidden_size, num_layers=num_layers, hidden=list(hidden), activation=activation,
+                          init=init, device=device)
+
+
+def make_gru(
+    observation_spec,
+    action_spec,
+    role: str,
+    #: features of the GRU's hidden state
+    hidden_size: Annotated[int, Range(ge=1)] = 64,
+    #: stacked GRU layers
+    num_layers: Annotated[int, Range(ge=1)] = 1,
+    #: sizes of the head's hidden layers, after the GRU
+    hidden: list[Annotated[int, Range(ge=1)]] = (64,),
+    #: the activation after each of the head's hidden layers
+    activation: Literal["tanh", "relu", "elu", "gelu", "silu"] = "relu",
+    #: the head's initialisation: orthogonal (CleanRL / SB3 gains, zero biases; the actor's output layer
+    #: at gain 0.01 keeps its first actions off the tanh's flat ends), or torch's default
+    init: Init = "orthogonal",
+    device: str = "cpu",
+):
+    """A GRU over the observations, then an MLP head: a DDPG / TD3 actor or critic with memory (the
+    hidden state is carried across steps in the TensorDict and reset where episodes end)."""
+    from rlplug.recurrent import make_recurrent
+
+    return make_recurrent("gru", observation_spec=observation_spec, action_spec=action_spec, role=role,
+                          hidden_size=hidden_size, num_layers=num_layers, hidden=list(hidden), activation=activation,
+                          init=init, device=device)
+
+
 @rlplug.hookimpl
 def rlplug_register_networks(register):
     register("mlp", make_mlp)
     register("sequential", make_sequential)
+    register("lstm", make_lstm)
+    register("gru", make_gru)
