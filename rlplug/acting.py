@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from tensordict import TensorDict
-from tensordict.nn import ProbabilisticTensorDictModule, TensorDictModule, TensorDictModuleBase
+from tensordict.nn import ProbabilisticTensorDictModule, TensorDictModule, TensorDictModuleBase, TensorDictSequential
 from torch.distributions import Categorical, Distribution, OneHotCategorical
 from torchrl.modules import OneHotCategorical as TorchRLOneHotCategorical
 
@@ -126,15 +126,35 @@ def value_function(critic: TensorDictModuleBase, observation_key: str):
 
 class ArrayActor:
     """Acting on numpy observations during collection: gymnasium-format actions and their log-probabilities
-    as numpy arrays. :meth:`of` picks :class:`NumpyCategoricalMLP` where it applies, else the torch modules."""
+    (None for a policy without them) as numpy arrays, and the batch keys they are recorded under.
+    :meth:`for_policy` picks the fastest actor that computes what ``policy`` does, or None."""
+
+    observation_key: str
+    action_key: str
+    log_prob_key: str | None
+    #: whether the batch records actions one-hot (TorchRL's layout for gymnasium's Discrete spaces)
+    one_hot: bool = False
 
     @staticmethod
-    def of(view: ActorView, device: torch.device | str, seed: int, envs: int) -> "ArrayActor":
+    def for_policy(policy: TensorDictModuleBase, device: torch.device | str, seed: int,
+                   envs: int) -> "ArrayActor | None":
+        try:
+            view = ActorView.of(policy)
+        except TypeError:
+            try:
+                return ChainArrayActor(policy, device)
+            except TypeError:
+                return None
         if torch.device(device).type == "cpu" and envs <= NumpyCategoricalMLP.MAX_ROWS and NumpyCategoricalMLP.supports(view):
             return NumpyCategoricalMLP(view, seed)
         return TorchArrayActor(view, device)
 
-    def act(self, observation: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    def _keys_of(self, view: ActorView) -> None:
+        self.observation_key, self.action_key, self.log_prob_key = view.observation_key, view.action_key, \
+            view.log_prob_key
+        self.one_hot = view.one_hot
+
+    def act(self, observation: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
         raise NotImplementedError
 
     def seed(self, seed: int) -> None:
@@ -146,6 +166,7 @@ class TorchArrayActor(ArrayActor):
 
     def __init__(self, view: ActorView, device: torch.device | str):
         self.view, self.device = view, torch.device(device)
+        self._keys_of(view)
 
     @torch.inference_mode()
     def act(self, observation: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -183,6 +204,7 @@ class NumpyCategoricalMLP(ArrayActor):
         self.steps = [(layer.weight.detach().numpy().T, None if layer.bias is None else layer.bias.detach().numpy())
                       if isinstance(layer, torch.nn.Linear) else self.ACTIVATIONS[type(layer)]
                       for layer in view.params_module]
+        self._keys_of(view)
         self.seed(seed)
 
     def seed(self, seed: int) -> None:
@@ -206,3 +228,30 @@ class NumpyCategoricalMLP(ArrayActor):
         else:  # inverse-CDF sampling: one uniform number per env
             index = (cumulative < self.generator.random((len(x), 1)) * total[:, None]).sum(axis=-1)
         return index, x[np.arange(len(index)), index] - np.log(total)
+
+
+class ChainArrayActor(ArrayActor):
+    """A deterministic actor followed by stages that change its action (exploration noise, random actions):
+    the actor's own torch module on the observation tensor, then each stage's ``act_on(action)``, the same
+    arithmetic as the TensorDict modules without a TensorDict per step. No log-probability."""
+
+    log_prob_key = None
+
+    def __init__(self, policy: TensorDictModuleBase, device: torch.device | str):
+        stages = list(policy.module) if isinstance(policy, TensorDictSequential) else [policy]
+        actor, rest = stages[0], stages[1:]
+        plain = isinstance(actor, TensorDictModule) and not isinstance(actor, TensorDictSequential) \
+            and not getattr(actor, "safe", False)  # a safe module projects onto its spec: not on this road
+        if (not plain or len(actor.in_keys) != 1 or len(actor.out_keys) != 1
+                or not all(callable(getattr(stage, "act_on", None)) for stage in rest)):
+            raise TypeError("the policy must be a TensorDictModule reading one observation and writing the action, "
+                            "then stages with act_on(action)")
+        self.module, self.stages, self.device = actor.module, rest, torch.device(device)
+        self.observation_key, self.action_key = actor.in_keys[0], actor.out_keys[0]
+
+    @torch.no_grad()
+    def act(self, observation: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, None]:
+        action = self.module(torch.from_numpy(observation).to(self.device))
+        for stage in self.stages:
+            action = stage.act_on(action)
+        return action.cpu().numpy(), None

@@ -4,9 +4,9 @@ Two roads give the same batch layout (TorchRL's: root ``observation``, ``action`
 and ``next`` with ``observation``, ``reward``, ``done``, ``terminated``, ``truncated``):
 
 - the array road, when the env has ``step_arrays`` (:class:`rlplug.envs.VectorGymEnv`) and the policy has
-  the usual actor shape (:class:`rlplug.acting.ActorView`): numpy arrays into per-batch buffers, no
-  TensorDict or tensor per step, the policy in numpy where it is a plain MLP
-  (:class:`rlplug.acting.NumpyCategoricalMLP`);
+  a shape :class:`rlplug.acting.ArrayActor` can act for (a ProbabilisticActor; a deterministic actor
+  followed by exploration stages): numpy arrays into per-batch buffers, no TensorDict per step, the policy
+  in numpy where it is a plain categorical MLP (:class:`rlplug.acting.NumpyCategoricalMLP`);
 - the TensorDict road for any other TorchRL env and policy: ``env.step_and_maybe_reset(policy(state))``.
 
 A recurrent policy (:mod:`rlplug.recurrent`) takes the TensorDict road on the env
@@ -29,6 +29,13 @@ from rlplug.errors import UserError
 from rlplug.recurrent import is_recurrent, with_recurrent_state
 
 RECENT_EPISODES = 20
+
+
+def array_actor_for(env: EnvBase, policy, seed: int) -> ArrayActor | None:
+    """The actor to collect with on the array road, or None where only the TensorDict road goes."""
+    if not getattr(env, "supports_tensor_steps", False) or is_recurrent(policy):
+        return None
+    return ArrayActor.for_policy(policy, env.device or "cpu", seed, max(1, env.batch_size.numel()))
 
 
 def actor_view_for(env: EnvBase, policy) -> ActorView | None:
@@ -75,8 +82,7 @@ class Collector:
         self.time_dim = len(env.batch_size)
         if is_recurrent(policy):
             self.env = with_recurrent_state(env, policy)
-        self.actor = actor_view_for(env, policy) if array_road else None
-        self.array_actor = ArrayActor.of(self.actor, env.device or "cpu", seed, self.envs) if self.actor else None
+        self.array_actor = array_actor_for(env, policy, seed) if array_road else None
         self.tracker = EpisodeTracker(self.envs)
         self.state: TensorDictBase | torch.Tensor | None = None
 
@@ -89,7 +95,7 @@ class Collector:
     @torch.no_grad()
     def collect(self) -> TensorDictBase:
         with set_exploration_type(ExplorationType.RANDOM):
-            batch = self._collect_arrays() if self.actor else self._collect_tensordicts()
+            batch = self._collect_arrays() if self.array_actor else self._collect_tensordicts()
         rewards = batch.get(("next", "reward")).reshape(self.envs, self.steps).cpu().numpy()
         dones = batch.get(("next", "done")).reshape(self.envs, self.steps).cpu().numpy()
         self.tracker.add(rewards, dones)
@@ -107,36 +113,40 @@ class Collector:
 
     def _collect_arrays(self) -> TensorDictBase:
         """The array road: numpy buffers filled step by step, turned into tensors once per batch."""
-        view, env, steps, envs = self.actor, self.env, self.steps, self.envs
-        act, step = self.array_actor.act, env.step_arrays  # looked up once: env may be a TransformedEnv
+        actor, env, steps, envs = self.array_actor, self.env, self.steps, self.envs
+        act, step = actor.act, env.step_arrays  # looked up once: env may be a TransformedEnv
         if self.state is None:
             self.state = env.reset_arrays(seed=self.seed)
-            self.array_actor.seed(self.seed)
+            actor.seed(self.seed)
         observation = self.state
         columns = ("obs", "action", "log_prob", "next_obs", "reward", "terminated", "truncated")
-        buffers: list[np.ndarray] = []
+        buffers: list[np.ndarray | None] = []
         for t in range(steps):
             action, log_prob = act(observation)
             next_observation, reward, terminated, truncated, following = step(action)
             values = (observation, action, log_prob, next_observation, reward, terminated, truncated)
             if not buffers:  # sized by the first step: [envs, time, ...] of each value's own dtype
-                buffers = [np.empty((envs, steps, *v.shape[1:]), dtype=v.dtype) for v in values]
+                buffers = [None if v is None else np.empty((envs, steps, *v.shape[1:]), dtype=v.dtype)
+                           for v in values]
             for buffer, value in zip(buffers, values):
-                buffer[:, t] = value
+                if buffer is not None:
+                    buffer[:, t] = value
             observation = following
         self.state = observation
 
-        tensor = {key: torch.from_numpy(buffer) for key, buffer in zip(columns, buffers)}  # no copies
+        tensor = {key: torch.from_numpy(buffer) for key, buffer in zip(columns, buffers) if buffer is not None}
         action = tensor["action"]
-        if view.one_hot:  # the actor's layout, as its log-probabilities expect
+        if actor.one_hot:  # the actor's layout, as its log-probabilities expect
             action = torch.nn.functional.one_hot(action, int(env.action_spec.space.n))
         terminated, truncated = tensor["terminated"].unsqueeze(-1), tensor["truncated"].unsqueeze(-1)
         batch = TensorDict(
-            {view.observation_key: tensor["obs"], view.action_key: action, view.log_prob_key: tensor["log_prob"],
-             "next": {view.observation_key: tensor["next_obs"], "reward": tensor["reward"].unsqueeze(-1),
+            {actor.observation_key: tensor["obs"], actor.action_key: action,
+             "next": {actor.observation_key: tensor["next_obs"], "reward": tensor["reward"].unsqueeze(-1),
                       "terminated": terminated, "truncated": truncated, "done": terminated | truncated}},
             batch_size=[envs, steps],
         )
+        if actor.log_prob_key is not None:
+            batch.set(actor.log_prob_key, tensor["log_prob"])
         return batch.to(env.device) if env.device is not None and torch.device(env.device).type != "cpu" else batch
 
 
@@ -145,10 +155,10 @@ def evaluate(env: EnvBase, policy, episodes: int, seed: int) -> list[float]:
     """Returns of the deterministic policy over ``episodes`` episodes, from the same start states each time."""
     envs = max(1, env.batch_size.numel())
     tracker = EpisodeTracker(envs, keep=None)
-    actor = actor_view_for(env, policy)
+    actor = array_actor_for(env, policy, seed)
     with set_exploration_type(ExplorationType.DETERMINISTIC):
         if actor:
-            act = ArrayActor.of(actor, env.device or "cpu", seed, envs).act
+            act = actor.act
             observation = env.reset_arrays(seed=seed)
             while tracker.episodes < episodes:
                 transition = env.step_arrays(act(observation, deterministic=True)[0])

@@ -113,14 +113,18 @@ class ScheduledNoise(TensorDictModuleBase):
         return exploration_type() == ExplorationType.RANDOM
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if self.active():
+            tensordict.set("action", self.act_on(tensordict.get("action")))
+        return tensordict
+
+    def act_on(self, action: torch.Tensor) -> torch.Tensor:
+        """``action`` with noise added and clamped to the bounds while exploring, else as it is (what
+        :meth:`forward` does to a TensorDict's action; the collector's array road calls it directly)."""
         if not self.active():
-            return tensordict
-        action = tensordict.get("action")
+            return action
         noise = self.sample_noise(action)  # in units of half the range
         low, high, scale = (t.to(action.device, action.dtype) for t in (self.low, self.high, self.scale))
-        noisy = (action + noise.to(action.dtype) * scale).clamp(low, high)
-        tensordict.set("action", noisy)
-        return tensordict
+        return (action + noise.to(action.dtype) * scale).clamp(low, high)
 
     def sample_noise(self, action: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

@@ -218,7 +218,7 @@ class Run:
             metrics = update(self.algorithm, batch) if callable(update) else self.algorithm.update(batch)
             broken = next((name for name, value in metrics.items() if not math.isfinite(value)), None)
             parameters = getattr(self.algorithm, "parameters", None) or list(self.algorithm.policy.parameters())
-            if broken is None and not all(bool(torch.isfinite(p).all()) for p in parameters):
+            if broken is None and not bool(torch.isfinite(torch.cat([p.reshape(-1) for p in parameters])).all()):
                 broken = "a network parameter"
         except NonFiniteError as error:
             broken = error.quantity

@@ -34,7 +34,7 @@ def cartpole(tmp_path_factory):
 @pytest.mark.parametrize("tensor_road", [True, False])
 def test_both_roads_give_the_same_layout_and_continuity(cartpole, tensor_road):
     collector = Collector(cartpole.env, cartpole.algorithm.policy, 400, seed=3, array_road=tensor_road)
-    assert (collector.actor is not None) == tensor_road
+    assert (collector.array_actor is not None) == tensor_road
     batch = collector.collect()
     assert batch.batch_size == (4, 100)
     assert KEYS <= set(batch.keys(True, True))
@@ -85,7 +85,7 @@ def test_continuous_actions_train_end_to_end(tmp_path):
                  "algorithm.minibatch_size=64", "algorithm.epochs=2", "algorithm.entropy_coef=0.01"]
     run = build(tmp_path, *overrides)
     view = ActorView.of(run.algorithm.policy)
-    assert not view.categorical and run.collector.actor is not None
+    assert not view.categorical and run.collector.array_actor is not None
     summary = run.train()
     assert summary["status"] == "finished" and summary["frames"] == 512
     batch = run.collector.collect()
@@ -120,3 +120,37 @@ def test_numpy_policy_samples_with_the_right_frequencies(cartpole):
     with torch.no_grad():
         probability = view.distribution(torch.from_numpy(observation[:1])).probs[0, 1].item()
     assert abs(index.mean() - probability) < 0.02
+
+
+@pytest.mark.parametrize("noise", ["gaussian", "ornstein-uhlenbeck"])
+def test_an_off_policy_actor_with_exploration_takes_the_array_road_with_the_same_actions(tmp_path, noise):
+    """DDPG's acting policy (actor, noise, random actions first) acts on the array road as its TensorDict
+    modules do: the same arithmetic and random draws, without a TensorDict per step."""
+    from tensordict import TensorDict
+    from torchrl.envs.utils import ExplorationType, set_exploration_type
+
+    from rlplug.acting import ChainArrayActor
+
+    recipe = recipes.load(CANONICAL.parent / "pendulum-ddpg.toml",
+                          ["env.num_envs=2", "algorithm.random_frames=40", f"algorithm.exploration_noise.use={noise}"])
+    run = Run.build(recipe, tmp_path / "run")
+    algorithm, actor = run.algorithm, run.collector.array_actor
+    assert isinstance(actor, ChainArrayActor)
+    observation = np.random.default_rng(0).uniform(-1, 1, (2, 3)).astype(np.float32)
+    for random_phase in (True, False):
+        algorithm.random_actions.active = random_phase
+        for kind in (ExplorationType.RANDOM, ExplorationType.DETERMINISTIC):
+            with set_exploration_type(kind), torch.no_grad():
+                algorithm.noise.reset()  # Ornstein-Uhlenbeck's process starts again (Gaussian noise has none)
+                torch.manual_seed(1)
+                on_arrays, log_prob = actor.act(observation)
+                algorithm.noise.reset()
+                torch.manual_seed(1)
+                data = TensorDict({"observation": torch.from_numpy(observation)}, batch_size=[2])
+                expected = algorithm.policy(data).get("action").numpy()
+            assert log_prob is None and on_arrays.shape == (2, 1)
+            np.testing.assert_array_equal(on_arrays, expected)
+            assert np.all(np.abs(on_arrays) <= 2.0)  # Pendulum's torque bounds
+    batch = run.collector.collect()
+    assert set(batch.keys(True, True)) == KEYS - {"action_log_prob"}
+    assert batch.get("action").shape == (2, 1, 1)

@@ -42,7 +42,8 @@ from rlplug.algorithms.offpolicy_config import OffPolicyConfig
 from rlplug.errors import UserError
 from rlplug.networks import is_discrete, observation_key
 from rlplug.recurrent import ObservationSequence, is_recurrent, sequence_function
-from rlplug.training import MetricMean, NonFiniteError, make_optimizer, optimiser_step, scheduled_lr, set_learning_rate
+from rlplug.training import (FlatParameters, MetricMean, NonFiniteError, make_optimizer, optimiser_step, scheduled_lr,
+                             set_learning_rate)
 
 #: The transition keys stored in the replay buffer (TorchRL's layout); ``observation`` stands for the
 #: env's observation key.
@@ -135,9 +136,14 @@ class RandomActions(TensorDictModuleBase):
         self.active = True
 
     def forward(self, data: TensorDictBase) -> TensorDictBase:
-        if self.active and exploring():
-            data.set("action", self.spec.rand(data.batch_size).to(data.get("action").device))
+        data.set("action", self.act_on(data.get("action")))
         return data
+
+    def act_on(self, action: torch.Tensor) -> torch.Tensor:
+        """A random action of the same batch shape in place of ``action`` while active and exploring."""
+        if self.active and exploring():
+            return self.spec.rand(action.shape[: action.ndim - self.spec.ndim]).to(action.device)
+        return action
 
 
 # -- optimisation ----------------------------------------------------------------------------------------
@@ -146,12 +152,18 @@ class Learner:
     """One network's optimiser: its parameters, base learning rate and schedule, gradient clipping, and
     under CUDA float16 mixed precision a gradient scaler."""
 
-    def __init__(self, parameters: list[nn.Parameter], lr: float, config: OffPolicyConfig, device: str):
+    def __init__(self, parameters: list[nn.Parameter], lr: float, config: OffPolicyConfig, device: str,
+                 flat: bool = True):
         self.parameters, self.lr, self.schedule = parameters, lr, config.lr_schedule
         self.max_grad_norm = config.max_grad_norm
-        self.optimiser = make_optimizer(config.optimizer, parameters, lr, config.optimizer_kwargs)
         cuda = torch.device(device).type == "cuda"
         self.scaler = torch.amp.GradScaler("cuda") if config.mixed_precision and cuda else None
+        #: one flat tensor where it fits and is asked for (not under a gradient scaler, which steps per-tensor
+        #: gradients)
+        flat = flat and self.scaler is None and FlatParameters.applies_to(parameters)
+        self.trained = FlatParameters(parameters) if flat else parameters
+        stepped = [self.trained.flat] if isinstance(self.trained, FlatParameters) else parameters
+        self.optimiser = make_optimizer(config.optimizer, stepped, lr, config.optimizer_kwargs)
 
     def set_progress(self, progress: float) -> float:
         lr = scheduled_lr(self.lr, self.schedule, progress)
@@ -163,7 +175,7 @@ class Learner:
         gradient norms raise :class:`~rlplug.training.NonFiniteError`, except under a gradient scaler, which
         skips the step and lowers its scale (that is how float16 training finds its scale)."""
         if self.scaler is None:
-            return optimiser_step(self.optimiser, loss, self.parameters, self.max_grad_norm)
+            return optimiser_step(self.optimiser, loss, self.trained, self.max_grad_norm)
         if not torch.isfinite(loss):
             raise NonFiniteError("the loss")
         self.optimiser.zero_grad(set_to_none=True)
@@ -507,8 +519,11 @@ class ActorCritic(OffPolicy):
             self.actor_target = target_copy(self.actor)
             self.mu_target = function(self.actor_target, [key])
         actor_lr, critic_lr = learning_rates(config.lr)
-        self.learners = {"actor": Learner(list(self.actor.parameters()), actor_lr, config, self.device),
-                         "critic": Learner(list(self.critic_networks.parameters()), critic_lr, config, self.device)}
+        # recurrent layers keep their weights where cuDNN wants them: no flat parameters for them
+        flat = not self.sequences
+        self.learners = {"actor": Learner(list(self.actor.parameters()), actor_lr, config, self.device, flat=flat),
+                         "critic": Learner(list(self.critic_networks.parameters()), critic_lr, config, self.device,
+                                           flat=flat)}
         low_high = self.action_bounds()
         self.action_scale = (low_high[1] - low_high[0]) / 2 if low_high else torch.ones(())
         self.action_low_high = low_high
