@@ -402,6 +402,9 @@ def _shape_observations(env_id: str, flatten: bool, frame_stack: int,
                                 f"{one_line(error)}", path="env") from None
             if not np.issubdtype(env.observation_space.dtype, np.floating):
                 env = gym.wrappers.DtypeObservation(env, np.float32)
+        dtype = env.observation_space.dtype
+        if np.issubdtype(dtype, np.floating) and dtype != np.float32:  # MuJoCo's float64: networks are float32
+            env = gym.wrappers.DtypeObservation(env, np.float32)
         if indices is not None:
             env = _select(env, env_id, indices)
         if frame_stack > 1:

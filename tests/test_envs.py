@@ -369,3 +369,18 @@ def test_a_recipe_with_every_option_collects_on_both_roads_and_evaluates(tmp_pat
     returns = evaluate(run.eval_env, run.algorithm.policy, episodes=2, seed=7)
     assert len(returns) == 2 and all(r >= 8 for r in returns), "unscaled CartPole returns: one per step"
     assert all(torch.equal(frozen[k], v) for k, v in stats(run.eval_env).items())
+
+
+def test_float64_observations_reach_the_networks_as_float32(tmp_path):
+    """MuJoCo envs observe in float64; rlplug's networks compute in float32 (an off-policy agent on the
+    TensorDict road failed on HalfCheetah before the cast)."""
+    double = {"wrappers": [{"name": "DtypeObservation", "kwargs": {"dtype": "float64"}}]}
+    env = make(id="Pendulum-v1", **double)
+    assert env.observation_spec["observation"].dtype == torch.float32
+    first, _ = rollout(env, 5)
+    assert first.dtype == torch.float32
+    run = rlplug.Agent.from_recipe(CANONICAL.parent / "pendulum-sac.toml", out=tmp_path / "sac",
+                                   **{"env.wrappers": double["wrappers"], "run.total_frames": 64,
+                                      "algorithm.learning_starts": 32, "algorithm.batch_size": 16,
+                                      "eval.episodes": 1, "loggers": [{"use": "csv"}]})
+    assert run.train()["status"] == "finished"
