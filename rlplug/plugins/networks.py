@@ -86,56 +86,41 @@ def _network(layers, observation_spec, action_spec, role, *, init, log_std, log_
                      init=init, log_std=log_std, log_std_init=log_std_init, squash=squash, device=device)
 
 
-def make_lstm(
-    observation_spec,
-    action_spec,
-    role: str,
-    #: features of the LSTM's hidden state
-    hidden_size: Annotated[int, Range(ge=1)] = 64,
-    #: stacked LSTM layers
-    num_layers: Annotated[int, Range(ge=1)] = 1,
-    #: sizes of the head's hidden layers, after the LSTM
-    hidden: list[Annotated[int, Range(ge=1)]] = (64,),
-    #: the activation after each of the head's hidden layers
-    activation: Literal["tanh", "relu", "elu", "gelu", "silu"] = "relu",
-    #: the head's initialisation: orthogonal (CleanRL / SB3 gains, zero biases; the actor's output layer
-    #: at gain 0.01 keeps its first actions off the tanh's flat ends), or torch's default
-    init: Init = "orthogonal",
-    device: str = "cpu",
-):
-    """An LSTM over the observations, then an MLP head: a DDPG / TD3 actor or critic with memory (the
-    hidden state is carried across steps in the TensorDict and reset where episodes end)."""
-    from rlplug.recurrent import make_recurrent
+def recurrent_factory(cell: Literal["lstm", "gru"]):
+    """The factory of the ``cell`` network plugin: one signature (their recipe keys) for both cells."""
+    label = cell.upper()
 
-    return make_recurrent("lstm", observation_spec=observation_spec, action_spec=action_spec, role=role,
-                          hidden_size=hidden_size, num_layers=num_layers, hidden=list(hidden), activation=activation,
-                          init=init, device=device)
+    def make(
+        observation_spec,
+        action_spec,
+        role: str,
+        #: features of the recurrent layer's hidden state
+        hidden_size: Annotated[int, Range(ge=1)] = 64,
+        #: stacked recurrent layers
+        num_layers: Annotated[int, Range(ge=1)] = 1,
+        #: sizes of the head's hidden layers, after the recurrent layers
+        hidden: list[Annotated[int, Range(ge=1)]] = (64,),
+        #: the activation after each of the head's hidden layers
+        activation: Literal["tanh", "relu", "elu", "gelu", "silu"] = "relu",
+        #: the head's initialisation: orthogonal (CleanRL / SB3 gains, zero biases; the actor's output layer
+        #: at gain 0.01 keeps its first actions off the tanh's flat ends), or torch's default
+        init: Init = "orthogonal",
+        device: str = "cpu",
+    ):
+        from rlplug.recurrent import make_recurrent
+
+        return make_recurrent(cell, observation_spec=observation_spec, action_spec=action_spec, role=role,
+                              hidden_size=hidden_size, num_layers=num_layers, hidden=list(hidden),
+                              activation=activation, init=init, device=device)
+
+    make.__name__ = make.__qualname__ = f"make_{cell}"
+    make.__doc__ = (f"An {label} over the observations, then an MLP head: a DDPG / TD3 actor or critic with memory "
+                    f"(the hidden state is carried across steps in the TensorDict and reset where episodes end).")
+    return make
 
 
-def make_gru(
-    observation_spec,
-    action_spec,
-    role: str,
-    #: features of the GRU's hidden state
-    hidden_size: Annotated[int, Range(ge=1)] = 64,
-    #: stacked GRU layers
-    num_layers: Annotated[int, Range(ge=1)] = 1,
-    #: sizes of the head's hidden layers, after the GRU
-    hidden: list[Annotated[int, Range(ge=1)]] = (64,),
-    #: the activation after each of the head's hidden layers
-    activation: Literal["tanh", "relu", "elu", "gelu", "silu"] = "relu",
-    #: the head's initialisation: orthogonal (CleanRL / SB3 gains, zero biases; the actor's output layer
-    #: at gain 0.01 keeps its first actions off the tanh's flat ends), or torch's default
-    init: Init = "orthogonal",
-    device: str = "cpu",
-):
-    """A GRU over the observations, then an MLP head: a DDPG / TD3 actor or critic with memory (the
-    hidden state is carried across steps in the TensorDict and reset where episodes end)."""
-    from rlplug.recurrent import make_recurrent
-
-    return make_recurrent("gru", observation_spec=observation_spec, action_spec=action_spec, role=role,
-                          hidden_size=hidden_size, num_layers=num_layers, hidden=list(hidden), activation=activation,
-                          init=init, device=device)
+make_lstm = recurrent_factory("lstm")
+make_gru = recurrent_factory("gru")
 
 
 @rlplug.hookimpl
