@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 
 import gymnasium as gym
 import numpy as np
@@ -207,6 +208,28 @@ def test_a_memmap_replay_buffer_lives_in_the_run_directory_and_a_resumed_run_rea
     assert_same(saved.sample(64).to_dict(), resumed.sample(64).to_dict(), "replay")
 
 # -- options ---------------------------------------------------------------------------------------------
+
+SKRL_OPTIONS = ["gradient_steps", "batch_size", "discount_factor", "polyak", "learning_rate",
+                "learning_rate_scheduler", "observation_preprocessor", "state_preprocessor", "random_timesteps",
+                "learning_starts", "grad_norm_clip", "exploration_noise", "exploration_scheduler", "rewards_shaper",
+                "mixed_precision", "experiment"]
+
+
+def test_the_skrl_mapping_names_every_ddpg_cfg_option_and_only_keys_ddpg_has():
+    from rlplug.registry import get_registry
+
+    text = (ROOT / "docs" / "from-skrl.md").read_text()
+    table = text.split("## The configuration", 1)[1].split("## The agent's parts", 1)[0]
+    rows = [line.split("|")[1:3] for line in table.splitlines() if line.startswith("| `")]
+    documented = {name for skrl, _ in rows for name in re.findall(r"`(\w+)", skrl)}
+    assert set(SKRL_OPTIONS) <= documented, set(SKRL_OPTIONS) - documented
+    keys = set(get_registry().lookup("algorithm", "ddpg").schema.params)
+    for skrl, ours in rows:
+        if any(option in skrl for option in ("experiment", "exploration_scheduler")):
+            continue  # the [run] and [[loggers]] tables; the noise table's own keys
+        first = re.search(r"`\[?(?:algorithm\.)?([a-z_]+)", ours).group(1)
+        assert first in keys, (skrl, first)
+
 
 @pytest.mark.parametrize("lr, fragment", [
     ([1e-3], "a pair [actor, critic], got a list of 1"),

@@ -4,34 +4,8 @@ the algorithms live in :mod:`rlplug.algorithms.offpolicy` (the shared update) an
 ``sac``, ``dqn``.
 
 Every option of skrl's ``DDPG_CFG`` is a key of the same meaning, under rlplug's names where rlplug
-already has one (the on-policy algorithms' ``lr``, ``lr_schedule``, ``max_grad_norm``):
-
-=====================================  ==========================================================================
-skrl ``DDPG_CFG``                      rlplug ``[algorithm]`` key
-=====================================  ==========================================================================
-``gradient_steps``                     ``gradient_steps``: gradient steps per update
-``batch_size``                         ``batch_size``: transitions sampled per gradient step
-``discount_factor``                    ``gamma``
-``polyak``                             ``tau``: ``target = (1 - tau) * target + tau * online`` after each step
-``learning_rate`` (float or tuple)     ``lr``: a number, or a pair ``[actor, critic]``
-``learning_rate_scheduler`` (+kwargs)  ``lr_schedule``: "constant", "linear" or "cosine" to 0 over total_frames
-``observation_preprocessor`` (+kwargs) ``observation_preprocessor``: a preprocessor table (e.g.
-``state_preprocessor`` (+kwargs)       ``use = "running-standard-scaler"``); rlplug has no separate state
-``random_timesteps``                   ``random_frames``: frames (over all envs) of uniformly random actions first
-``learning_starts``                    ``learning_starts``: frames collected before the first gradient step
-``grad_norm_clip`` (0: off)            ``max_grad_norm`` (unset: off)
-``exploration_noise`` (+kwargs)        ``exploration_noise``: a noise table (``use = "gaussian"`` or
-                                       ``"ornstein-uhlenbeck"`` with its own keys)
-``exploration_scheduler``              the noise table's schedule keys (its ``step(frames)``), advanced by the
-                                       algorithm with the frames collected
-``rewards_shaper`` (a callable)        ``reward_scale``, ``reward_offset``, ``reward_clip``: stored rewards are
-                                       ``clip(reward * scale + offset, -clip, clip)`` (data, never code)
-``mixed_precision``                    ``mixed_precision``: autocast, bfloat16 on the CPU, float16 with a
-                                       gradient scaler on CUDA
-``experiment``                         the recipe's ``[run]`` and ``[[loggers]]`` tables
-(the agent's ``memory``)               ``replay_buffer``: a replay buffer table (``"uniform"``, ``"prioritized"``)
-(the agent's ``models``)               ``policy`` and ``critic``: network tables
-=====================================  ==========================================================================
+already has one (the on-policy algorithms' ``lr``, ``lr_schedule``, ``max_grad_norm``); the mapping, option
+by option, is in ``docs/from-skrl.md``.
 
 rlplug adds ``steps_per_update`` (env steps per update: ``frames_per_batch = num_envs x steps_per_update``),
 ``optimizer`` and ``optimizer_kwargs`` (as the on-policy algorithms have them), and for DDPG and TD3 with
