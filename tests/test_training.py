@@ -30,7 +30,7 @@ def train(modules, flat: bool, optimizer: str, max_grad_norm: float | None, data
     return parameters
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 2**16), optimizer=st.sampled_from(["adam", "adamw", "sgd", "rmsprop"]),
        max_grad_norm=st.sampled_from([None, 0.05, 10.0]), steps=st.integers(1, 5))
 def test_flat_parameters_train_exactly_as_separate_ones(seed, optimizer, max_grad_norm, steps):
@@ -39,7 +39,7 @@ def test_flat_parameters_train_exactly_as_separate_ones(seed, optimizer, max_gra
     flat = train(networks(seed), True, optimizer, max_grad_norm, data, steps)
     assert len(separate) == len(flat) == 6  # the shared body counted once
     for a, b in zip(separate, flat):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        assert torch.equal(a, b)  # the same bits: a run does not depend on the layout
 
 
 def test_parameters_become_views_and_survive_zero_grad_and_load_state_dict():
