@@ -129,8 +129,8 @@ def clip_and_step(optimiser: torch.optim.Optimizer, parameters: list[torch.nn.Pa
     norm = None
     if max_grad_norm:
         if isinstance(parameters, FlatParameters):
-            # the norm as clip_grad_norm_ computes it (per tensor, then over those: the same bits, so a run's
-            # numbers do not depend on the layout), the scaling in one kernel
+            # the norm as clip_grad_norm_ computes it (per tensor, then over those: the same rounding, as the
+            # norm decides the clip of every gradient), the scaling in one kernel
             norm = torch.nn.utils.get_total_norm(parameters.grads, 2.0, foreach=True)
             parameters.flat.grad.mul_(torch.clamp(max_grad_norm / (norm + 1e-6), max=1.0))
         else:
