@@ -47,13 +47,14 @@ OPTIMIZERS = {
 }
 
 
-def make_optimizer(name: str, parameters: list[torch.nn.Parameter], lr: float,
+def make_optimizer(name: str, parameters: "list[torch.nn.Parameter] | FlatParameters", lr: float,
                    kwargs: dict | None = None) -> torch.optim.Optimizer:
     from rlplug.errors import UserError
 
     optimizer_class, defaults = OPTIMIZERS[name]
+    stepped = [parameters.flat] if isinstance(parameters, FlatParameters) else parameters
     try:
-        return optimizer_class(parameters, lr=lr, **{**defaults, **(kwargs or {})})
+        return optimizer_class(stepped, lr=lr, **{**defaults, **(kwargs or {})})
     except TypeError as error:  # an unknown keyword in optimizer_kwargs
         raise UserError(f"{name}: {error}; see torch.optim.{optimizer_class.__name__}",
                         path="algorithm.optimizer_kwargs") from None
@@ -63,10 +64,12 @@ class FlatParameters:
     """Several modules' parameters moved into one contiguous tensor, their gradients into another.
 
     Each parameter becomes a view of ``flat`` (its gradient a view of ``flat.grad``), so zeroing the
-    gradients, their global norm, the clip and the optimiser step over ``[flat]`` are one kernel each instead
+    gradients, scaling them for the clip and the optimiser step over ``[flat]`` are one kernel each instead
     of one per tensor: for small networks those launches cost as much as the arithmetic (BENCHMARKS.md). The
-    arithmetic is unchanged: the norm is over all gradients, and the optimisers here act element by element.
-    Parameters keep their identity, so modules, ``state_dict`` and ``load_state_dict`` work as before.
+    arithmetic is unchanged: the clipping norm is computed per tensor as ``clip_grad_norm_`` does, and the
+    optimisers here act element by element (fused kernels may still round an element differently in the
+    last bit). Parameters keep their identity, so modules, ``state_dict`` and ``load_state_dict`` work as
+    before.
     """
 
     def __init__(self, parameters: list[torch.nn.Parameter]):
@@ -81,10 +84,14 @@ class FlatParameters:
             offset += p.numel()
         self.zero_grad()
 
-    @staticmethod
-    def applies_to(parameters: list[torch.nn.Parameter]) -> bool:
-        """One dtype and one device: what a single tensor can hold."""
-        return len({(p.dtype, p.device) for p in parameters}) == 1
+    @classmethod
+    def where_possible(cls, parameters: list[torch.nn.Parameter],
+                       allowed: bool = True) -> "FlatParameters | list[torch.nn.Parameter]":
+        """``parameters`` flattened when ``allowed`` and one tensor can hold them (one dtype, one device),
+        else the list as it is: what :func:`make_optimizer` and :func:`optimiser_step` take."""
+        if allowed and len({(p.dtype, p.device) for p in parameters}) == 1:
+            return cls(parameters)
+        return parameters
 
     def zero_grad(self) -> None:
         """Zero the gradients in place; backward then accumulates into the views. A parameter whose gradient

@@ -23,7 +23,7 @@ def networks(seed: int) -> list[torch.nn.Module]:
 def train(modules, flat: bool, optimizer: str, max_grad_norm: float | None, data: torch.Tensor, steps: int):
     parameters = list({id(p): p for m in modules for p in m.parameters()}.values())
     trained = FlatParameters(parameters) if flat else parameters
-    optimiser = make_optimizer(optimizer, [trained.flat] if flat else parameters, 1e-2)
+    optimiser = make_optimizer(optimizer, trained, 1e-2)
     for step in range(steps):
         loss = sum(m(data).pow(2).mean() for m in modules) * (1 + step)
         optimiser_step(optimiser, loss, trained, max_grad_norm)

@@ -160,10 +160,8 @@ class Learner:
         self.scaler = torch.amp.GradScaler("cuda") if config.mixed_precision and cuda else None
         #: one flat tensor where it fits and is asked for (not under a gradient scaler, which steps per-tensor
         #: gradients)
-        flat = flat and self.scaler is None and FlatParameters.applies_to(parameters)
-        self.trained = FlatParameters(parameters) if flat else parameters
-        stepped = [self.trained.flat] if isinstance(self.trained, FlatParameters) else parameters
-        self.optimiser = make_optimizer(config.optimizer, stepped, lr, config.optimizer_kwargs)
+        self.trained = FlatParameters.where_possible(parameters, allowed=flat and self.scaler is None)
+        self.optimiser = make_optimizer(config.optimizer, self.trained, lr, config.optimizer_kwargs)
 
     def set_progress(self, progress: float) -> float:
         lr = scheduled_lr(self.lr, self.schedule, progress)

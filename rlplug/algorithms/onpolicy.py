@@ -54,10 +54,8 @@ class OnPolicy:
         modules = [self.policy, *([self.critic] if self.critic else [])]
         self.parameters = list({id(p): p for m in modules for p in m.parameters()}.values())
         #: the parameters in one tensor where they fit (what the optimiser steps), else the list itself
-        self.trained = FlatParameters(self.parameters) if FlatParameters.applies_to(self.parameters) \
-            else self.parameters
-        stepped = [self.trained.flat] if isinstance(self.trained, FlatParameters) else self.parameters
-        self.optimiser = make_optimizer(config.optimizer, stepped, config.lr, config.optimizer_kwargs)
+        self.trained = FlatParameters.where_possible(self.parameters)
+        self.optimiser = make_optimizer(config.optimizer, self.trained, config.lr, config.optimizer_kwargs)
         self.frames = 0
 
     # -- 1. estimates ---------------------------------------------------------------------------------
