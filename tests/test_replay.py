@@ -86,6 +86,39 @@ def test_ring_keeps_the_newest_capacity_items(tmp_path_factory, capacity, sizes)
         assert buffer.cursor == total % capacity
 
 
+@SETTINGS
+@given(capacity=st.integers(1, 12), sizes=st.lists(st.integers(1, 15), min_size=1, max_size=8),
+       storage=st.sampled_from(["memory", "memmap"]), seed=st.integers(0, 3))
+def test_writes_and_samples_as_torchrls_own_buffer_does(tmp_path_factory, capacity, sizes, storage, seed):
+    """The buffer writes and reads the storage's tensors itself (TorchRL's layers cost ~10x more per call):
+    the ring, its bookkeeping and every sample must stay what TorchRL's buffer over the same storage gives."""
+    from torchrl.data import LazyMemmapStorage, LazyTensorStorage, RandomSampler
+    from torchrl.data import ReplayBuffer as TorchRLReplayBuffer
+
+    directory = tmp_path_factory.mktemp("rb")
+    ours = rlplug.make("replay_buffer", "uniform", capacity=capacity, storage=storage, run_dir=directory / "ours",
+                       seed=seed, device="cpu")
+    reference_storage = (LazyTensorStorage(capacity) if storage == "memory"
+                         else LazyMemmapStorage(capacity, scratch_dir=str(directory / "theirs")))
+    generator = torch.Generator().manual_seed(seed)
+    theirs = TorchRLReplayBuffer(storage=reference_storage, sampler=RandomSampler(), generator=generator)
+    total = 0
+    for size in sizes:
+        batch = transitions(torch.arange(total, total + size))
+        index = ours.extend(batch)
+        if size <= capacity:
+            assert torch.equal(index, theirs.extend(batch))
+        else:
+            theirs.extend(batch[size - capacity:])
+        total += size
+        assert len(ours) == len(theirs) and ours.cursor == theirs._writer._cursor
+        sample = ours.sample(5)
+        expected = theirs.sample(5)
+        for key in expected.keys(include_nested=True, leaves_only=True):
+            assert torch.equal(sample.get(key), expected.get(key)), key
+    assert ours.write_count == total
+
+
 def test_any_batch_shape_is_flattened(tmp_path):
     buffer = make("uniform", tmp_path, capacity=100)
     buffer.extend(transitions(torch.arange(24), batch_shape=(4, 6)))
