@@ -72,17 +72,22 @@ class FlatParameters:
     before.
     """
 
-    def __init__(self, parameters: list[torch.nn.Parameter]):
+    def __init__(self, parameters: list[torch.nn.Parameter], trained: bool = True):
+        """``trained = False`` for parameters that are only ever copied or averaged into (target networks):
+        no gradients."""
         self.parameters = parameters
-        self.flat = torch.nn.Parameter(torch.cat([p.detach().reshape(-1) for p in parameters]))
-        self.flat.grad = torch.zeros_like(self.flat)
+        self.flat = torch.nn.Parameter(torch.cat([p.detach().reshape(-1) for p in parameters]), requires_grad=trained)
         self.grads: list[torch.Tensor] = []
+        if trained:
+            self.flat.grad = torch.zeros_like(self.flat)
         offset = 0
         for p in parameters:
             p.data = self.flat.data[offset: offset + p.numel()].view_as(p)
-            self.grads.append(self.flat.grad[offset: offset + p.numel()].view_as(p))
+            if trained:
+                self.grads.append(self.flat.grad[offset: offset + p.numel()].view_as(p))
             offset += p.numel()
-        self.zero_grad()
+        if trained:
+            self.zero_grad()
 
     @classmethod
     def where_possible(cls, parameters: list[torch.nn.Parameter],

@@ -80,6 +80,30 @@ def test_polyak_update_is_the_formula_exactly(tau, seed):
     assert not torch.equal(next(target.parameters()), next(online.parameters())), "a copy, not an alias"
 
 
+@settings(max_examples=40, deadline=None)
+@given(tau=st.floats(0.0, 1.0), seed=st.integers(0, 2**16))
+def test_polyak_update_over_flat_parameters_is_the_same_formula(tau, seed):
+    """Learners keep their parameters in one tensor and the targets follow that layout (flat_target): the
+    update is then a few kernels over one tensor, and must give the per-tensor formula bit for bit."""
+    from rlplug.algorithms.offpolicy import flat_target, target_copy
+    from rlplug.training import FlatParameters
+
+    torch.manual_seed(seed)
+    online = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2))
+    target = target_copy(online)
+    with torch.no_grad():
+        for p in online.parameters():
+            p.add_(torch.randn_like(p))
+    expected = [(1 - tau) * t.detach() + tau * o.detach() for t, o in zip(target.parameters(), online.parameters())]
+    trained = FlatParameters(list(online.parameters()))
+    flat = flat_target(target, trained)
+    assert isinstance(flat, FlatParameters) and not flat.flat.requires_grad
+    polyak_update(flat, trained, tau)
+    for t, e in zip(target.parameters(), expected):  # the target module sees the update through its views
+        assert torch.equal(t, e)
+    assert flat_target(target, list(online.parameters())) is target, "per-tensor learners keep module targets"
+
+
 # -- training --------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", list(METRICS))

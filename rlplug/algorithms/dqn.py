@@ -16,7 +16,8 @@ from tensordict.nn import TensorDictModuleBase
 from torch.nn import functional
 from torchrl.data import OneHot
 
-from rlplug.algorithms.offpolicy import Learner, OffPolicy, exploring, polyak_update, target_copy, tensor_function
+from rlplug.algorithms.offpolicy import (Learner, OffPolicy, exploring, flat_target, polyak_update, target_copy,
+                                        tensor_function)
 from rlplug.training import MetricMean
 
 
@@ -58,6 +59,7 @@ class DQN(OffPolicy):
         self.q = tensor_function(self.network, [self.observation_key])
         self.target_q = tensor_function(self.target_network, [self.observation_key])
         self.learners = {"q": Learner(list(self.network.parameters()), config.lr, config, self.device)}
+        self.target = flat_target(self.target_network, self.learners["q"].trained)  # what polyak_update moves
         return self.network
 
     def exploration_stages(self) -> list[TensorDictModuleBase]:
@@ -78,7 +80,7 @@ class DQN(OffPolicy):
         interval = self.config.target_update_interval
         due = self.frames // interval - frames_before // interval
         if due:  # `due` polyak steps towards the same online network are one with tau' = 1 - (1 - tau)^due
-            polyak_update(self.target_network, self.network, 1.0 - (1.0 - self.config.tau) ** due)
+            polyak_update(self.target, self.learners["q"].trained, 1.0 - (1.0 - self.config.tau) ** due)
 
     def gradient_step(self, data: dict[str, torch.Tensor], metrics: MetricMean) -> torch.Tensor:
         next_observation = data["next_observation"]

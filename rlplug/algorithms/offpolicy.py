@@ -53,15 +53,31 @@ TRANSITION_KEYS = ("observation", "action", ("next", "observation"), ("next", "r
 # -- target networks -----------------------------------------------------------------------------------
 
 @torch.no_grad()
-def polyak_update(target: nn.Module, online: nn.Module, tau: float) -> None:
+def polyak_update(target: nn.Module | FlatParameters, online: nn.Module | FlatParameters | list[nn.Parameter],
+                  tau: float) -> None:
     """``target = (1 - tau) * target + tau * online`` for every parameter, in place, in two foreach ops
-    (``tau = 1``: a plain copy). Buffers are left alone (the networks here keep none that learn)."""
-    targets, onlines = list(target.parameters()), list(online.parameters())
+    (``tau = 1``: a plain copy); over one tensor each where both are :class:`FlatParameters` (see
+    :func:`flat_target`). Buffers are left alone (the networks here keep none that learn)."""
+    targets, onlines = parameter_tensors(target), parameter_tensors(online)
     if tau == 1.0:
         torch._foreach_copy_(targets, onlines)
         return
     torch._foreach_mul_(targets, 1.0 - tau)
     torch._foreach_add_(targets, torch._foreach_mul(onlines, tau))
+
+
+def parameter_tensors(parameters: nn.Module | FlatParameters | list[nn.Parameter]) -> list[torch.Tensor]:
+    if isinstance(parameters, FlatParameters):
+        return [parameters.flat]
+    return list(parameters.parameters()) if isinstance(parameters, nn.Module) else list(parameters)
+
+
+def flat_target(target: nn.Module, online: FlatParameters | list[nn.Parameter]) -> nn.Module | FlatParameters:
+    """``target``'s parameters in one tensor laid out as ``online``'s where those are flat (a learner's
+    :attr:`Learner.trained`), so each polyak update is a few kernels; else ``target`` itself."""
+    if isinstance(online, FlatParameters):
+        return FlatParameters(list(target.parameters()), trained=False)
+    return target
 
 
 def target_copy(network: nn.Module) -> nn.Module:
@@ -522,6 +538,12 @@ class ActorCritic(OffPolicy):
         self.learners = {"actor": Learner(list(self.actor.parameters()), actor_lr, config, self.device, flat=flat),
                          "critic": Learner(list(self.critic_networks.parameters()), critic_lr, config, self.device,
                                            flat=flat)}
+        #: (target, online) pairs for :func:`polyak_update`
+        self.targets = [(flat_target(self.target_critics, self.learners["critic"].trained),
+                         self.learners["critic"].trained)]
+        if self.target_actor:
+            self.targets.append((flat_target(self.actor_target, self.learners["actor"].trained),
+                                 self.learners["actor"].trained))
         low_high = self.action_bounds()
         self.action_scale = (low_high[1] - low_high[0]) / 2 if low_high else torch.ones(())
         self.action_low_high = low_high
@@ -566,10 +588,8 @@ class ActorCritic(OffPolicy):
         return sum(losses), td_error
 
     def update_targets(self) -> None:
-        tau = self.config.tau
-        polyak_update(self.target_critics, self.critic_networks, tau)
-        if self.target_actor:
-            polyak_update(self.actor_target, self.actor, tau)
+        for target, online in self.targets:
+            polyak_update(target, online, self.config.tau)
 
     def modules(self) -> dict[str, nn.Module]:
         modules = {"actor": self.actor, "critics": self.critic_networks, "target_critics": self.target_critics}
