@@ -55,6 +55,7 @@ class EpisodeTracker:
         self.running = np.zeros(envs)
         self.recent: deque[float] = deque(maxlen=keep)
         self.episodes = 0
+        self._mean: tuple[int, float | None] = (0, None)  # (episodes, their recent mean): asked for every step
 
     def add(self, rewards: np.ndarray, dones: np.ndarray) -> None:
         """``rewards`` and ``dones`` shaped ``[envs, time]``."""
@@ -66,7 +67,9 @@ class EpisodeTracker:
                 self.episodes += 1
 
     def recent_return(self) -> float | None:
-        return float(np.mean(self.recent)) if self.recent else None
+        if self._mean[0] != self.episodes:
+            self._mean = (self.episodes, float(np.mean(self.recent)) if self.recent else None)
+        return self._mean[1]
 
 
 class Collector:

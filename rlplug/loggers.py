@@ -40,9 +40,8 @@ class ConsoleLogger:
 
     def log(self, metrics: dict[str, float], frames: int) -> None:
         self.latest.update(metrics)
-        status = "  ".join(f"{label} {self.latest[key]:.4g}" for key, label in HEADLINE.items() if key in self.latest)
         if self.progress is not None:
-            self.progress.update(self.task, completed=frames, status=status)
+            self.progress.update(self.task, completed=frames, status=self.status())
             return
         now = time.monotonic()
         if "eval_return_mean" in metrics:
@@ -51,7 +50,11 @@ class ConsoleLogger:
         elif now - self.last_line >= self.every_seconds or frames >= self.total_frames:
             self.last_line = now
             percent = 100.0 * frames / self.total_frames
-            print(f"frames {frames}/{self.total_frames} ({percent:.0f}%)  {status}", flush=True)
+            print(f"frames {frames}/{self.total_frames} ({percent:.0f}%)  {self.status()}", flush=True)
+
+    def status(self) -> str:
+        """The headline metrics as last logged (formatted only when shown: off-policy runs log every step)."""
+        return "  ".join(f"{label} {self.latest[key]:.4g}" for key, label in HEADLINE.items() if key in self.latest)
 
     def close(self, summary: dict) -> None:
         if self.progress is not None:
