@@ -6,6 +6,7 @@ User errors end as one line on stderr and exit status 2; tracebacks are for bugs
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
@@ -132,7 +133,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.seeds is not None:
         return run_seeds(args)
     recipe = recipes.load(args.recipe, args.overrides)
-    from rlplug.trainer import Run, default_run_dir  # heavy imports only once the recipe is known to be good
+    with ray_hidden_from_torchrl(recipe.runner.spec.qualified_name == "rlplug:local"):
+        from rlplug.trainer import Run, default_run_dir  # heavy imports only once the recipe is known to be good
 
     run_dir = args.out or default_run_dir(args.recipe)
     try:
@@ -140,6 +142,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     except UserError as error:
         raise error.located(file=str(args.recipe)) from None
     return train_until_done_or_stopped(run)
+
+
+@contextlib.contextmanager
+def ray_hidden_from_torchrl(hide: bool):
+    """TorchRL imports Ray whenever it is installed (``torchrl.data.replay_buffers.ray_buffer``): about
+    0.4 s and 40 MiB at every start (BENCHMARKS.md), which a run on the local runner never uses. While
+    ``hide``, ``import ray`` fails and ``find_spec("ray")`` says it is absent, as TorchRL expects of a
+    machine without it; afterwards Ray imports as usual (a plugin that wants it still gets it, though
+    TorchRL's own Ray replay buffer stays off in this process)."""
+    if not hide or "ray" in sys.modules:
+        yield
+        return
+    sys.modules["ray"] = None  # the import system's mark for "not importable"
+    try:
+        yield
+    finally:
+        if sys.modules.get("ray", "") is None:
+            del sys.modules["ray"]
 
 
 def parse_seeds(text: str) -> list[int]:

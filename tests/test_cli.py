@@ -4,6 +4,8 @@ a good recipe trains and fills its run directory."""
 from __future__ import annotations
 
 import csv
+import subprocess
+import sys
 import json
 import tomllib
 from pathlib import Path
@@ -12,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from conftest import CANONICAL, run_cli
+from conftest import CANONICAL, ROOT, run_cli
 
 SHORT = ["--set", "run.total_frames=1024", "--set", "eval.every_frames=512", "--set", "eval.episodes=2"]
 
@@ -206,3 +208,17 @@ def test_run_with_seeds_writes_each_run_the_aggregate_and_a_plot(tmp_path):
     assert "interquartile mean" in result.stdout
     conflict = run_cli("run", str(CANONICAL), "--out", str(tmp_path / "x"), "--seeds", "0-1", "--set", "run.seed=3")
     assert conflict.returncode == 2 and "--seeds" in conflict.stderr
+
+
+def test_a_local_run_never_imports_ray_and_ray_still_imports_after(tmp_path):
+    """TorchRL would import Ray at start-up whenever it is installed (~0.4 s); a local run hides it."""
+    pytest.importorskip("ray")
+    script = ("import sys\nfrom rlplug.cli import main\n"
+              f"status = main(['run', {str(CANONICAL)!r}, '--out', {str(tmp_path / 'run')!r}, "
+              f"'--set', 'run.total_frames=256', '--set', 'eval.episodes=1'])\n"
+              "print('ray imported during the run:', 'ray' in sys.modules)\n"
+              "import ray\nprint('ray imports after:', ray.__name__)\nsys.exit(status)\n")
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "ray imported during the run: False" in result.stdout
+    assert "ray imports after: ray" in result.stdout
