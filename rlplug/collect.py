@@ -86,6 +86,8 @@ class Collector:
         if is_recurrent(policy):
             self.env = with_recurrent_state(env, policy)
         self.array_actor = array_actor_for(env, policy, seed) if array_road else None
+        #: where array-road batches go once built (None: they stay on the CPU, where numpy made them)
+        self.batch_device = env.device if env.device is not None and torch.device(env.device).type != "cpu" else None
         self.tracker = EpisodeTracker(self.envs)
         self.state: TensorDictBase | torch.Tensor | None = None
 
@@ -150,7 +152,7 @@ class Collector:
         )
         if actor.log_prob_key is not None:
             batch.set(actor.log_prob_key, tensor["log_prob"])
-        return batch.to(env.device) if env.device is not None and torch.device(env.device).type != "cpu" else batch
+        return batch if self.batch_device is None else batch.to(self.batch_device)
 
 
 @torch.no_grad()

@@ -169,9 +169,14 @@ class MetricMean:
         for key, value in values.items():
             if value is None:
                 continue
-            value = value.detach().float().mean()
-            self.sums[key] = self.sums[key] + value if key in self.sums else value
-            self.counts[key] = self.counts.get(key, 0) + 1
+            value = value.detach()
+            if value.numel() != 1 or value.dtype != torch.float32:  # off-policy loops add a few every env step
+                value = value.float().mean()
+            if key in self.sums:
+                self.sums[key] = self.sums[key] + value
+                self.counts[key] += 1
+            else:
+                self.sums[key], self.counts[key] = value, 1
 
     def means(self) -> dict[str, float]:
-        return {key: (total / self.counts[key]).item() for key, total in self.sums.items()}
+        return {key: total.item() / self.counts[key] for key, total in self.sums.items()}

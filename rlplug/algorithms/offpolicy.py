@@ -292,18 +292,20 @@ class OffPolicy:
     @torch.no_grad()
     def store(self, batch: TensorDictBase) -> None:
         config, key = self.config, self.observation_key
-        flat = batch.reshape(-1)
-        reward = flat.get(("next", "reward")) * config.reward_scale + config.reward_offset
+
+        def flat(entry):  # [envs, time, ...] -> [envs * time, ...], tensor by tensor (cheaper than the TensorDict)
+            return batch.get(entry).flatten(0, batch.batch_dims - 1)
+
+        reward = flat(("next", "reward")) * config.reward_scale + config.reward_offset
         if config.reward_clip is not None:
             reward = reward.clamp(-config.reward_clip, config.reward_clip)
-        observation = flat.get(key)
+        observation = flat(key)
         transitions = TensorDict({
-            "observation": observation, "action": flat.get("action"),
-            "next": {"observation": flat.get(("next", key)), "reward": reward,
-                     "terminated": flat.get(("next", "terminated"))},
-        }, batch_size=flat.batch_size)
+            "observation": observation, "action": flat("action"),
+            "next": {"observation": flat(("next", key)), "reward": reward, "terminated": flat(("next", "terminated"))},
+        }, batch_size=[batch.numel()])
         if self.sequences:
-            transitions.update({"is_init": flat.get("is_init"), **self.episodes.label(batch.get("is_init"))})
+            transitions.update({"is_init": flat("is_init"), **self.episodes.label(batch.get("is_init"))})
         self.replay.extend(transitions)
         if self.preprocessor is not None:
             self.preprocessor.train()
