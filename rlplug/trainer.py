@@ -28,7 +28,7 @@ from torchrl.envs import EnvBase
 from rlplug.collect import evaluate
 from rlplug.errors import UserError
 from rlplug.recipe import Recipe
-from rlplug.training import NonFiniteError
+from rlplug.training import NonFiniteError, all_finite, storages_of
 
 
 class TrainingDiverged(UserError):
@@ -80,6 +80,7 @@ class Run:
     eval_returns: list[float] = field(default_factory=list)
     stop_reason: str | None = None
     video_env: Any = None
+    _parameter_storages: list | None = field(default=None, repr=False)
 
     @classmethod
     def build(cls, recipe: Recipe, run_dir: Path, *, resuming: bool = False) -> "Run":
@@ -209,6 +210,14 @@ class Run:
         """Stop after the current iteration, with a checkpoint (safe to call from a signal handler)."""
         self.stop_reason = reason
 
+    def parameter_storages(self) -> list[torch.Tensor]:
+        """What the NaN check reads: the algorithm's parameters by storage (see :func:`storages_of`), found
+        once (loading a checkpoint copies into the same tensors)."""
+        if self._parameter_storages is None:
+            parameters = getattr(self.algorithm, "parameters", None) or list(self.algorithm.policy.parameters())
+            self._parameter_storages = storages_of(list(parameters))
+        return self._parameter_storages
+
     def guarded_update(self, batch) -> dict[str, float]:
         """The algorithm's update, stopped with a clear error when a loss, gradient or parameter turns
         non-finite; the last checkpoint on disk is the last good one."""
@@ -217,8 +226,7 @@ class Run:
             update = getattr(self.collector, "update", None)
             metrics = update(self.algorithm, batch) if callable(update) else self.algorithm.update(batch)
             broken = next((name for name, value in metrics.items() if not math.isfinite(value)), None)
-            parameters = getattr(self.algorithm, "parameters", None) or list(self.algorithm.policy.parameters())
-            if broken is None and not bool(torch.isfinite(torch.cat([p.reshape(-1) for p in parameters])).all()):
+            if broken is None and not all_finite(self.parameter_storages()):
                 broken = "a network parameter"
         except NonFiniteError as error:
             broken = error.quantity

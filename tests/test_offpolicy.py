@@ -136,6 +136,17 @@ def test_every_algorithm_trains_reports_and_evaluates_without_exploration(tmp_pa
         assert ((explored >= low) & (explored <= high)).all()
 
 
+def test_a_parameter_turned_nan_stops_training_even_without_a_gradient_step(tmp_path):
+    """The trainer checks the parameters (by storage: the learners' flat tensors) after every update, not
+    only the losses: before learning starts no loss is computed at all."""
+    agent = agent_for(tmp_path, "pendulum-ddpg")
+    agent.train(max_frames=20)
+    with torch.no_grad():
+        list(agent.run.algorithm.critic_networks.parameters())[-1][0] = float("nan")
+    with pytest.raises(rlplug.UserError, match="training diverged: a network parameter is not finite at iteration"):
+        agent.train(max_frames=20)
+
+
 def test_dqn_explores_by_epsilon_on_its_schedule_and_double_dqn_trains(tmp_path):
     agent = agent_for(tmp_path, "cartpole-dqn", **{"algorithm.double": True, "algorithm.epsilon_end": 0.5,
                                                    "algorithm.exploration_fraction": 0.5})

@@ -67,3 +67,22 @@ def test_a_non_finite_gradient_norm_touches_no_parameter():
     with pytest.raises(ArithmeticError):
         optimiser_step(optimiser, loss.clamp(max=1.0), flat, 1.0)
     assert torch.equal(flat.flat.detach(), before)
+
+
+@settings(max_examples=30, deadline=None)
+@given(sizes=st.lists(st.integers(1, 6), min_size=1, max_size=5), flat=st.booleans(), poisoned=st.integers(0, 4))
+def test_the_nan_check_reads_every_parameter_once_per_storage(sizes, flat, poisoned):
+    """After every update the trainer checks the parameters by storage: a flat set is one tensor, and a NaN
+    anywhere in any parameter is still seen."""
+    from rlplug.training import all_finite, storages_of
+
+    parameters = [torch.nn.Parameter(torch.randn(size)) for size in sizes]
+    if flat:
+        FlatParameters(parameters)
+    storages = storages_of(parameters)
+    assert len(storages) == (1 if flat else len(parameters))
+    assert sum(s.numel() for s in storages) == sum(sizes)
+    assert all_finite(storages)
+    with torch.no_grad():
+        parameters[poisoned % len(parameters)][-1] = float("nan")
+    assert not all_finite(storages)
