@@ -35,7 +35,7 @@ def run_once(recipe: str, overrides: list[str], frames: int | None, out: Path, t
     command = [sys.executable, "-m", "rlplug", "run", f"recipes/{recipe}.toml", "--out", str(out), *overrides]
     if frames:
         command += ["--set", f"run.total_frames={frames}"]
-    code, process_s, _ = run_child(command, out.with_suffix(".log"), timeout)
+    code, process_s, _, _ = run_child(command, out.with_suffix(".log"), timeout)
     if code:
         log(f"  FAILED ({code}): {' '.join(command)}; see {out.with_suffix('.log.stderr')}")
         return None

@@ -8,16 +8,19 @@ alternating in rounds (the machine is shared: read the ratios).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
 
-import torch
-from tensordict import TensorDict
-from torchrl.data import LazyTensorStorage, RandomSampler
-from torchrl.data import ReplayBuffer as TorchRLReplayBuffer
+os.environ.setdefault("RL_LOGGING_LEVEL", "WARNING")  # before TorchRL is imported: no INFO lines in the table
 
-import rlplug
+import torch  # noqa: E402
+from tensordict import TensorDict  # noqa: E402
+from torchrl.data import LazyTensorStorage, RandomSampler  # noqa: E402
+from torchrl.data import ReplayBuffer as TorchRLReplayBuffer  # noqa: E402
+
+import rlplug  # noqa: E402
 
 CAPACITY = 200_000
 

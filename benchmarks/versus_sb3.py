@@ -65,6 +65,7 @@ class RunResult:
     ok: bool
     wall_s: float = float("nan")
     peak_rss_mib: float = float("nan")
+    cpu_s: float = float("nan")  # user + system CPU time of the child: above wall time, it used several cores
     eval_return: float = float("nan")
     frames: int = 0
     train_s: float = float("nan")  # the child's own timing, without start-up and imports
@@ -95,8 +96,8 @@ def child_command(workload: Workload, system: str, seed: int, frames: int | None
     return cmd, json_out
 
 
-def run_child(cmd: list[str], log_prefix: Path, timeout_s: float) -> tuple[int, float, float]:
-    """Run one child to completion; return (exit code, wall seconds, peak RSS in MiB).
+def run_child(cmd: list[str], log_prefix: Path, timeout_s: float) -> tuple[int, float, float, float]:
+    """Run one child to completion; return (exit code, wall seconds, peak RSS in MiB, CPU seconds).
 
     os.wait4 reports ru_maxrss (KiB on Linux) for this child alone, unlike
     getrusage(RUSAGE_CHILDREN) which would mix in every earlier run. Output goes to
@@ -115,7 +116,7 @@ def run_child(cmd: list[str], log_prefix: Path, timeout_s: float) -> tuple[int, 
         wall_s = time.perf_counter() - start
     exit_code = os.waitstatus_to_exitcode(status)
     proc.returncode = exit_code  # already reaped: keep Popen from waiting on it again
-    return exit_code, wall_s, usage.ru_maxrss / 1024
+    return exit_code, wall_s, usage.ru_maxrss / 1024, usage.ru_utime + usage.ru_stime
 
 
 def stderr_tail(log_prefix: Path) -> str:
@@ -126,8 +127,8 @@ def stderr_tail(log_prefix: Path) -> str:
 def run_one(system: str, seed: int, repeat: int, args: argparse.Namespace, work_dir: Path) -> RunResult:
     name = f"{system}-seed{seed}" + (f"-r{repeat}" if args.repeats > 1 else "")
     cmd, result_path = child_command(WORKLOADS[args.workload], system, seed, args.frames, work_dir / name)
-    exit_code, wall_s, peak_rss_mib = run_child(cmd, work_dir / f"{name}.log", args.timeout)
-    result = RunResult(system, seed, repeat, ok=False, wall_s=wall_s, peak_rss_mib=peak_rss_mib)
+    exit_code, wall_s, peak_rss_mib, cpu_s = run_child(cmd, work_dir / f"{name}.log", args.timeout)
+    result = RunResult(system, seed, repeat, ok=False, wall_s=wall_s, peak_rss_mib=peak_rss_mib, cpu_s=cpu_s)
     if exit_code != 0:
         result.error = f"exit code {exit_code}"
     else:
@@ -171,6 +172,7 @@ def system_row(system: str, runs: list[RunResult], seeds: list[int], solved_retu
         "runs ok": f"{len(ok)}/{len(runs)}",
         "frames": spread([r.frames for r in ok], ".0f"),
         "wall s": spread([r.wall_s for r in ok], ".1f"),
+        "CPU s": spread([r.cpu_s for r in ok], ".1f"),
         "train s (self)": spread([r.train_s for r in ok], ".1f"),
         "peak RSS MiB": spread([r.peak_rss_mib for r in ok], ".0f"),
         "eval return by seed": ", ".join(per_seed),
@@ -186,7 +188,8 @@ def ratio_rows(results: list[RunResult]) -> list[dict[str, str]]:
     """
     by_key = {(r.system, r.seed, r.repeat): r for r in results if r.ok}
     rows = []
-    for label, attr in (("wall time", "wall_s"), ("peak RSS", "peak_rss_mib"), ("train time (self)", "train_s")):
+    for label, attr in (("wall time", "wall_s"), ("CPU time", "cpu_s"), ("peak RSS", "peak_rss_mib"),
+                        ("train time (self)", "train_s")):
         ours = [getattr(r, attr) for r in results if r.ok and r.system == "rlplug"]
         theirs = [getattr(r, attr) for r in results if r.ok and r.system == "sb3"]
         if not ours or not theirs:
@@ -264,7 +267,8 @@ def report(results: list[RunResult], systems: list[str], args: argparse.Namespac
         parts = [plain_table(rows)]
         if ratios:
             parts += ["", plain_table(ratios)]
-    parts += ["", "wall s: whole child process (start-up, imports, training, evaluation); "
+    parts += ["", "wall s: whole child process (start-up, imports, training, evaluation); CPU s: its user + "
+              "system CPU time (near wall s: one core busy; above it: several); "
               "train s (self): as timed by the child; median (min-max). Eval return: deterministic "
               "policy over 10 episodes, median over repeats."]
     return "\n".join(parts)
@@ -304,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"[{index}/{len(schedule)}] {system} seed={seed} repeat={repeat} ...")
             result = run_one(system, seed, repeat, args, work_dir)
             if result.ok:
-                log(f"    {result.wall_s:.1f} s wall, {result.peak_rss_mib:.0f} MiB peak RSS, "
+                log(f"    {result.wall_s:.1f} s wall, {result.cpu_s:.1f} s CPU, {result.peak_rss_mib:.0f} MiB peak RSS, "
                     f"eval return {result.eval_return:.1f} over {result.frames} frames")
             results.append(result)
     frames_seen = {r.frames for r in results if r.ok}

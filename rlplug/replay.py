@@ -129,10 +129,10 @@ class ReplayBuffer:
         return index
 
     def _storage_columns(self) -> dict | None:
-        """The storage's tensors by (nested) key once it is allocated, else None. Reading and writing them
-        directly costs a tenth of going through TorchRL's buffer, writer and storage layers (about 0.35 and
-        0.25 ms per call for one transition and a sample of 256 on this machine's CPU, measured in
-        BENCHMARKS.md), which a step-by-step off-policy loop pays at every step."""
+        """The storage's tensors by (nested) key once it is allocated, else None. Writing one transition to
+        them directly costs about a third of going through TorchRL's buffer, writer and storage layers, and
+        sampling 256 about half (49 against 133 us, 47 against 91 us on the development machine;
+        ``benchmarks/replay_calls.py``, BENCHMARKS.md): a step-by-step off-policy loop pays both every step."""
         if self._columns is None and self._rb._storage.initialized:
             stored = self._rb._storage._storage
             self._columns = {key: stored.get(key) for key in stored.keys(include_nested=True, leaves_only=True)}
