@@ -20,13 +20,14 @@ from collections import deque
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 from torchrl.envs import EnvBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from rlplug.acting import ActorView, ArrayActor
 from rlplug.errors import UserError
 from rlplug.recurrent import is_recurrent, with_recurrent_state
+from rlplug.tensordicts import trusted
 
 RECENT_EPISODES = 20
 
@@ -86,6 +87,8 @@ class Collector:
         if is_recurrent(policy):
             self.env = with_recurrent_state(env, policy)
         self.array_actor = array_actor_for(env, policy, seed) if array_road else None
+        #: env.step_arrays, looked up once: through a TransformedEnv each lookup costs a __getattr__ chain
+        self.step_arrays = env.step_arrays if self.array_actor else None
         #: where array-road batches go once built (None: they stay on the CPU, where numpy made them)
         self.batch_device = env.device if env.device is not None and torch.device(env.device).type != "cpu" else None
         self.tracker = EpisodeTracker(self.envs)
@@ -119,7 +122,7 @@ class Collector:
     def _collect_arrays(self) -> TensorDictBase:
         """The array road: numpy buffers filled step by step, turned into tensors once per batch."""
         actor, env, steps, envs = self.array_actor, self.env, self.steps, self.envs
-        act, step = actor.act, env.step_arrays  # looked up once: env may be a TransformedEnv
+        act, step = actor.act, self.step_arrays
         if self.state is None:
             self.state = env.reset_arrays(seed=self.seed)
             actor.seed(self.seed)
@@ -144,7 +147,7 @@ class Collector:
         if actor.one_hot:  # the actor's layout, as its log-probabilities expect
             action = torch.nn.functional.one_hot(action, int(env.action_spec.space.n))
         terminated, truncated = tensor["terminated"].unsqueeze(-1), tensor["truncated"].unsqueeze(-1)
-        batch = TensorDict(
+        batch = trusted(
             {actor.observation_key: tensor["obs"], actor.action_key: action,
              "next": {actor.observation_key: tensor["next_obs"], "reward": tensor["reward"].unsqueeze(-1),
                       "terminated": terminated, "truncated": truncated, "done": terminated | truncated}},

@@ -42,6 +42,7 @@ from torchrl.data.replay_buffers.samplers import Sampler
 from torchrl.data.replay_buffers.writers import RoundRobinWriter
 
 from rlplug.errors import UserError
+from rlplug.tensordicts import trusted
 
 #: Where, under the run directory, memory-mapped storage writes its files.
 MEMMAP_DIR = "replay"
@@ -152,7 +153,7 @@ class ReplayBuffer:
         writer._cursor = (start + count) % self.capacity
         writer._write_count += count
         storage._len = min(storage._len + count, self.capacity)
-        storage._set_last_cursor(index)
+        storage._set_last_cursor((start + count - 1) % self.capacity)  # an int: what TorchRL's readers coerce it to
         storage._bump_mutation_revision()  # what TorchRL's samplers read to know their caches are stale
         self._rb._sampler.extend(index)
         return index
@@ -199,7 +200,7 @@ class ReplayBuffer:
             for parent in parents:
                 table = table.setdefault(parent, {})
             table[leaf] = column.index_select(0, index).to(self.device)
-        return TensorDict(nested, batch_size=[len(index)], device=self.device), {"index": index, **info}
+        return trusted(nested, batch_size=[len(index)], device=self.device), {"index": index, **info}
 
     def _draw(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         """The storage indices of one sample, and what else the sampler says about them: uniform here (the

@@ -70,8 +70,9 @@ def test_a_non_finite_gradient_norm_touches_no_parameter():
 
 
 @settings(max_examples=30, deadline=None)
-@given(sizes=st.lists(st.integers(1, 6), min_size=1, max_size=5), flat=st.booleans(), poisoned=st.integers(0, 4))
-def test_the_nan_check_reads_every_parameter_once_per_storage(sizes, flat, poisoned):
+@given(sizes=st.lists(st.integers(1, 6), min_size=1, max_size=5), flat=st.booleans(), poisoned=st.integers(0, 4),
+       poison=st.sampled_from([float("nan"), float("inf"), -float("inf")]))
+def test_the_nan_check_reads_every_parameter_once_per_storage(sizes, flat, poisoned, poison):
     """After every update the trainer checks the parameters by storage: a flat set is one tensor, and a NaN
     anywhere in any parameter is still seen."""
     from rlplug.training import all_finite, storages_of
@@ -84,5 +85,9 @@ def test_the_nan_check_reads_every_parameter_once_per_storage(sizes, flat, poiso
     assert sum(s.numel() for s in storages) == sum(sizes)
     assert all_finite(storages)
     with torch.no_grad():
-        parameters[poisoned % len(parameters)][-1] = float("nan")
+        for p in parameters:
+            p.fill_(3e38)  # the largest float32s: finite, and so is their sum (taken in float64)
+    assert all_finite(storages)
+    with torch.no_grad():
+        parameters[poisoned % len(parameters)][-1] = poison
     assert not all_finite(storages)

@@ -42,6 +42,7 @@ from rlplug.algorithms.offpolicy_config import OffPolicyConfig
 from rlplug.errors import UserError
 from rlplug.networks import is_discrete, observation_key
 from rlplug.recurrent import ObservationSequence, is_recurrent, sequence_function
+from rlplug.tensordicts import trusted
 from rlplug.training import (FlatParameters, MetricMean, NonFiniteError, make_optimizer, optimiser_step, scheduled_lr,
                              set_learning_rate)
 
@@ -300,7 +301,7 @@ class OffPolicy:
         if config.reward_clip is not None:
             reward = reward.clamp(-config.reward_clip, config.reward_clip)
         observation = flat(key)
-        transitions = TensorDict({
+        transitions = trusted({
             "observation": observation, "action": flat("action"),
             "next": {"observation": flat(("next", key)), "reward": reward, "terminated": flat(("next", "terminated"))},
         }, batch_size=[batch.numel()])
