@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -133,15 +134,31 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.seeds is not None:
         return run_seeds(args)
     recipe = recipes.load(args.recipe, args.overrides)
-    with ray_hidden_from_torchrl(recipe.runner.spec.qualified_name == "rlplug:local"):
-        from rlplug.trainer import Run, default_run_dir  # heavy imports only once the recipe is known to be good
+    with long_lived_objects():
+        with ray_hidden_from_torchrl(recipe.runner.spec.qualified_name == "rlplug:local"):
+            from rlplug.trainer import Run, default_run_dir  # heavy imports only once the recipe is known to be good
 
-    run_dir = args.out or default_run_dir(args.recipe)
-    try:
-        run = Run.build(recipe, run_dir)
-    except UserError as error:
-        raise error.located(file=str(args.recipe)) from None
+        run_dir = args.out or default_run_dir(args.recipe)
+        try:
+            run = Run.build(recipe, run_dir)
+        except UserError as error:
+            raise error.located(file=str(args.recipe)) from None
     return train_until_done_or_stopped(run)
+
+
+@contextlib.contextmanager
+def long_lived_objects():
+    """Importing torch, tensordict and TorchRL and building a run make millions of objects that live as long
+    as the process. Python's cyclic garbage collector would scan them again and again: about 0.7 s of
+    collections during the imports and about 1 s more at interpreter exit (BENCHMARKS.md). Collection is
+    paused while they are made, then they are frozen (``gc.freeze``: left out of every later collection;
+    reference counting still frees whatever of them is dropped)."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        gc.enable()
 
 
 @contextlib.contextmanager
@@ -220,9 +237,10 @@ def aggregate_returns(returns: dict[int, float]) -> dict:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from rlplug.trainer import Run
+    with long_lived_objects():
+        from rlplug.trainer import Run
 
-    run = Run.resume(args.run_dir)
+        run = Run.resume(args.run_dir)
     if run.frames >= run.recipe.run.total_frames:
         print(f"{args.run_dir}: already trained for its {run.recipe.run.total_frames} frames; nothing to do")
         return 0
