@@ -32,16 +32,22 @@ from rlplug.tensordicts import trusted
 RECENT_EPISODES = 20
 
 
+def array_road_open(env: EnvBase, policy) -> bool:
+    """Whether the env steps arrays or tensors (:class:`rlplug.envs.VectorGymEnv`) and the policy keeps no
+    state between steps (a recurrent one goes through TensorDicts that carry it)."""
+    return getattr(env, "supports_tensor_steps", False) and not is_recurrent(policy)
+
+
 def array_actor_for(env: EnvBase, policy, seed: int) -> ArrayActor | None:
     """The actor to collect with on the array road, or None where only the TensorDict road goes."""
-    if not getattr(env, "supports_tensor_steps", False) or is_recurrent(policy):
+    if not array_road_open(env, policy):
         return None
     return ArrayActor.for_policy(policy, env.device or "cpu", seed, max(1, env.batch_size.numel()))
 
 
 def actor_view_for(env: EnvBase, policy) -> ActorView | None:
     """The actor view to collect with on the array road, or None where only the TensorDict road goes."""
-    if not getattr(env, "supports_tensor_steps", False) or is_recurrent(policy):
+    if not array_road_open(env, policy):
         return None
     try:
         return ActorView.of(policy)

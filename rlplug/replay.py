@@ -46,6 +46,9 @@ from rlplug.tensordicts import trusted
 
 #: Where, under the run directory, memory-mapped storage writes its files.
 MEMMAP_DIR = "replay"
+#: Why a prioritised buffer cannot serve recurrent networks (said when sampling and, earlier, when building).
+SEQUENCES_NEED_UNIFORM = ("prioritized replay samples single transitions; recurrent networks (lstm, gru) learn from "
+                          "sequences of a 'uniform' buffer")
 
 
 class ReplayBuffer:
@@ -415,8 +418,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         return data
 
     def sample_sequences(self, batch_size: int, length: int) -> TensorDictBase:
-        raise UserError("prioritized replay samples single transitions; recurrent networks (lstm, gru) learn from "
-                        "sequences of a 'uniform' buffer", path="algorithm.replay_buffer")
+        raise UserError(SEQUENCES_NEED_UNIFORM, path="algorithm.replay_buffer")
 
     def update_priority(self, index: torch.Tensor, priority: torch.Tensor) -> None:
         """Set the priorities of the transitions at ``index`` to ``|priority| + eps``."""
@@ -433,4 +435,4 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         self.sampler.load_state_dict(state)
 
 
-__all__ = ["ReplayBuffer", "PrioritizedReplayBuffer", "SumPrioritySampler", "MEMMAP_DIR"]
+__all__ = ["ReplayBuffer", "PrioritizedReplayBuffer", "SumPrioritySampler", "MEMMAP_DIR", "SEQUENCES_NEED_UNIFORM"]

@@ -42,6 +42,7 @@ from rlplug.algorithms.offpolicy_config import OffPolicyConfig
 from rlplug.errors import UserError
 from rlplug.networks import is_discrete, observation_key
 from rlplug.recurrent import ObservationSequence, is_recurrent, sequence_function
+from rlplug.replay import SEQUENCES_NEED_UNIFORM
 from rlplug.tensordicts import trusted
 from rlplug.training import (FlatParameters, MetricMean, NonFiniteError, make_optimizer, optimiser_step, scheduled_lr,
                              set_learning_rate)
@@ -565,8 +566,7 @@ class ActorCritic(OffPolicy):
             raise UserError("recurrent networks (lstm, gru) read the observations as the env gives them; use "
                             "the env's normalize_observations instead", path="algorithm.observation_preprocessor")
         if callable(getattr(self.replay, "update_priority", None)):
-            raise UserError("prioritized replay samples single transitions; recurrent networks (lstm, gru) learn "
-                            "from sequences of a 'uniform' buffer", path="algorithm.replay_buffer")
+            raise UserError(SEQUENCES_NEED_UNIFORM, path="algorithm.replay_buffer")
 
     def exploration_stages(self) -> list[TensorDictModuleBase]:
         if self.config.exploration_noise is None:
