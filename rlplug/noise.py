@@ -113,8 +113,7 @@ class ScheduledNoise(TensorDictModuleBase):
         return exploration_type() == ExplorationType.RANDOM
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        if self.active():
-            tensordict.set("action", self.act_on(tensordict.get("action")))
+        tensordict.set("action", self.act_on(tensordict.get("action")))
         return tensordict
 
     def act_on(self, action: torch.Tensor) -> torch.Tensor:
