@@ -66,10 +66,9 @@ class FlatParameters:
     Each parameter becomes a view of ``flat`` (its gradient a view of ``flat.grad``), so zeroing the
     gradients, scaling them for the clip and the optimiser step over ``[flat]`` are one kernel each instead
     of one per tensor: for small networks those launches cost as much as the arithmetic (BENCHMARKS.md). The
-    arithmetic is unchanged: the clipping norm is computed per tensor as ``clip_grad_norm_`` does, and the
-    optimisers here act element by element (fused kernels may still round an element differently in the
-    last bit). Parameters keep their identity, so modules, ``state_dict`` and ``load_state_dict`` work as
-    before.
+    arithmetic is the same up to rounding: the optimisers here act element by element, and the clipping norm
+    over one tensor sums in another order than over several. Parameters keep their identity, so modules,
+    ``state_dict`` and ``load_state_dict`` work as before.
     """
 
     def __init__(self, parameters: list[torch.nn.Parameter], trained: bool = True):
@@ -139,7 +138,7 @@ def optimiser_step(optimiser: torch.optim.Optimizer, loss: torch.Tensor,
 
     A non-finite loss or gradient norm raises :class:`NonFiniteError` before the parameters are touched.
     """
-    if not torch.isfinite(loss):
+    if not math.isfinite(loss.item()):
         raise NonFiniteError("the loss")
     if isinstance(parameters, FlatParameters):
         parameters.zero_grad()
@@ -158,14 +157,18 @@ def clip_and_step(optimiser: torch.optim.Optimizer, parameters: list[torch.nn.Pa
     norm = None
     if max_grad_norm:
         if isinstance(parameters, FlatParameters):
-            # the norm as clip_grad_norm_ computes it (per tensor, then over those: the same rounding, as the
-            # norm decides the clip of every gradient), the scaling in one kernel
-            norm = torch.nn.utils.get_total_norm(parameters.grads, 2.0, foreach=True)
-            parameters.flat.grad.mul_(torch.clamp(max_grad_norm / (norm + 1e-6), max=1.0))
+            # clip_grad_norm_'s rule, scale by min(1, max / (norm + 1e-6)), on the one flat gradient: one
+            # norm kernel and at most one scaling kernel, where the per-tensor norms cost a dozen
+            norm = torch.linalg.vector_norm(parameters.flat.grad)
+            total = norm.item()
+            if not math.isfinite(total):
+                raise NonFiniteError("the gradient norm")
+            if total + 1e-6 > max_grad_norm:
+                parameters.flat.grad.mul_(max_grad_norm / (total + 1e-6))
         else:
             norm = torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm, foreach=True)
-        if not torch.isfinite(norm):
-            raise NonFiniteError("the gradient norm")
+            if not torch.isfinite(norm):
+                raise NonFiniteError("the gradient norm")
     optimiser.step()
     return norm
 
