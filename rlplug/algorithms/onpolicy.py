@@ -128,7 +128,8 @@ class OnPolicy:
 
     def loss(self, data: dict[str, torch.Tensor], normalize_advantages: bool,
              diagnostics: bool = False) -> dict[str, torch.Tensor]:
-        """The objective on one minibatch; ``diagnostics`` adds the parts, entropy, KL and clip fraction."""
+        """The objective on one minibatch; ``diagnostics`` adds the parts, entropy, KL and
+        :meth:`policy_diagnostics`."""
         config = self.config
         log_prob, entropy = self.actor.evaluate(data["observation"], data["action"], with_entropy=config.entropy_coef > 0
                                                 or diagnostics)
@@ -145,20 +146,20 @@ class OnPolicy:
         if diagnostics:
             with torch.no_grad():
                 ratio = log_ratio.exp()
-                result.update(loss_policy=policy_loss, entropy=entropy.mean(), kl=((ratio - 1) - log_ratio).mean())
+                result.update(loss_policy=policy_loss, entropy=entropy.mean(), kl=((ratio - 1) - log_ratio).mean(),
+                              **self.policy_diagnostics(ratio))
                 if self.critic:
                     result["loss_value"] = value_loss
         return result
 
     def value_loss(self, data: dict[str, torch.Tensor]) -> torch.Tensor:
         value, target = self.value(data["observation"]), data["value_target"]
-        loss = (value - target).pow(2)
         clip = self.config.value_clip
-        if clip is not None:
-            old = data["old_value"]
-            clipped = old + (value - old).clamp(-clip, clip)
-            loss = torch.max(loss, (clipped - target).pow(2))
-        return loss.mean()
+        if clip is None:
+            return torch.nn.functional.mse_loss(value, target)  # one node where (value - target)^2 mean are three
+        old = data["old_value"]
+        clipped = old + (value - old).clamp(-clip, clip)
+        return torch.max((value - target).pow(2), (clipped - target).pow(2)).mean()
 
     # -- distributed training (pytorchrl's Algorithm protocol; the gradient workers of rlplug.runners) ------
 
@@ -206,6 +207,11 @@ class OnPolicy:
         as it is; the surrogate objectives replace it.
         """
         return -(log_prob * advantage).mean(), {}
+
+    def policy_diagnostics(self, ratio: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Metrics of the policy's step (``ratio``: new over old probability of each action), computed on the
+        minibatches that report (the last epoch's), not on every one."""
+        return {}
 
     def before_update(self, progress: float) -> None:
         """Called with the run's progress (0..1) before each update: for schedules of the algorithm's own."""

@@ -25,8 +25,10 @@ class PPO(OnPolicy):
     def policy_loss(self, log_prob, log_ratio, advantage):
         ratio = log_ratio.exp()
         clipped = ratio.clamp(1 - self.clip, 1 + self.clip)
-        loss = -torch.min(ratio * advantage, clipped * advantage).mean()
-        return loss, {"clip_fraction": ((ratio - 1).abs() > self.clip).float().mean().detach()}
+        return -torch.min(ratio * advantage, clipped * advantage).mean(), {}
+
+    def policy_diagnostics(self, ratio):
+        return {"clip_fraction": ((ratio - 1).abs() > self.clip).float().mean()}
 
     def extra_metrics(self) -> dict[str, float]:
         return {"clip_epsilon": self.clip}
