@@ -135,7 +135,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return run_seeds(args)
     recipe = recipes.load(args.recipe, args.overrides)
     with long_lived_objects():
-        with ray_hidden_from_torchrl(recipe.runner.spec.qualified_name == "rlplug:local"):
+        with hidden_from_torchrl(packages_torchrl_need_not_load(recipe)):
             from rlplug.trainer import Run, default_run_dir  # heavy imports only once the recipe is known to be good
 
         run_dir = args.out or default_run_dir(args.recipe)
@@ -161,22 +161,31 @@ def long_lived_objects():
         gc.enable()
 
 
+def packages_torchrl_need_not_load(recipe) -> list[str]:
+    """Optional packages TorchRL imports at its own import whenever they are installed, which this run never
+    reaches through TorchRL: Ray (TorchRL's Ray replay buffer; about 0.4 s and 40 MiB) unless the runner is
+    Ray's, and MuJoCo (probed for TorchRL's own MuJoCo envs; about 0.2 s) always. Only for recipes of
+    rlplug's own components: a plugin's might use those parts of TorchRL. (A gymnasium MuJoCo env imports
+    MuJoCo itself, after TorchRL is loaded.)"""
+    if not all(component.spec.qualified_name.startswith("rlplug:") for _, component in recipe.components()):
+        return []
+    return ["mujoco"] + (["ray"] if recipe.runner.spec.qualified_name == "rlplug:local" else [])
+
+
 @contextlib.contextmanager
-def ray_hidden_from_torchrl(hide: bool):
-    """TorchRL imports Ray whenever it is installed (``torchrl.data.replay_buffers.ray_buffer``): about
-    0.4 s and 40 MiB at every start (BENCHMARKS.md), which a run on the local runner never uses. While
-    ``hide``, ``import ray`` fails and ``find_spec("ray")`` says it is absent, as TorchRL expects of a
-    machine without it; afterwards Ray imports as usual (a plugin that wants it still gets it, though
-    TorchRL's own Ray replay buffer stays off in this process)."""
-    if not hide or "ray" in sys.modules:
-        yield
-        return
-    sys.modules["ray"] = None  # the import system's mark for "not importable"
+def hidden_from_torchrl(packages: list[str]):
+    """While TorchRL is imported, ``import`` of each of ``packages`` fails and ``find_spec`` says it is
+    absent, as TorchRL expects on a machine without it (BENCHMARKS.md: start-up); afterwards they import as
+    usual, though the TorchRL parts that wanted them stay off in this process."""
+    hidden = [name for name in packages if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # the import system's mark for "not importable"
     try:
         yield
     finally:
-        if sys.modules.get("ray", "") is None:
-            del sys.modules["ray"]
+        for name in hidden:
+            if sys.modules.get(name, "") is None:
+                del sys.modules[name]
 
 
 def parse_seeds(text: str) -> list[int]:
