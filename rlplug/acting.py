@@ -8,6 +8,7 @@ and the loss pay only for the arithmetic. Nothing is copied: the view shares the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,6 +17,8 @@ from tensordict import TensorDict
 from tensordict.nn import ProbabilisticTensorDictModule, TensorDictModule, TensorDictModuleBase, TensorDictSequential
 from torch.distributions import Categorical, Distribution, OneHotCategorical
 from torchrl.modules import OneHotCategorical as TorchRLOneHotCategorical
+
+from rlplug.numpy_mlp import NumpyMLP
 
 CATEGORICALS = (Categorical, OneHotCategorical)
 #: Categoricals whose samples are one-hot vectors (TorchRL's derives from the index-valued ``Categorical``).
@@ -33,6 +36,12 @@ class ActorView:
     distribution_kwargs: dict
     action_key: str
     log_prob_key: str
+    #: ``params_module`` as a function of the observation, computed in numpy where it can be (:mod:`rlplug.numpy_mlp`)
+    compute_params: Callable[[torch.Tensor], torch.Tensor | tuple[torch.Tensor, ...]] = None  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.compute_params is None:
+            self.compute_params = NumpyMLP.of(self.params_module)
 
     @classmethod
     def of(cls, actor: TensorDictModuleBase) -> "ActorView":
@@ -58,14 +67,14 @@ class ActorView:
         return self.param_keys == ("logits",) and issubclass(self.distribution_class, CATEGORICALS)
 
     def distribution(self, observation: torch.Tensor) -> Distribution:
-        params = self.params_module(observation)
+        params = self.compute_params(observation)
         params = params if isinstance(params, tuple) else (params,)
         return self.distribution_class(**dict(zip(self.param_keys, params)), **self.distribution_kwargs)
 
     def act(self, observation: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """An action and its log-probability (the mode's, when deterministic)."""
         if self.categorical:
-            log_probs = self.params_module(observation).log_softmax(-1)
+            log_probs = self.compute_params(observation).log_softmax(-1)
             if deterministic:
                 index = log_probs.argmax(-1, keepdim=True)
             else:
@@ -80,7 +89,7 @@ class ActorView:
                  with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-probability of ``action`` (differentiable), and the entropy when asked for."""
         if self.categorical:
-            log_probs = self.params_module(observation).log_softmax(-1)
+            log_probs = self.compute_params(observation).log_softmax(-1)
             index = action.argmax(-1, keepdim=True) if self.one_hot else action.unsqueeze(-1)
             log_prob = log_probs.gather(-1, index).squeeze(-1)
             return log_prob, (-(log_probs.exp() * log_probs).sum(-1) if with_entropy else None)
@@ -114,7 +123,7 @@ def entropy(dist: Distribution) -> torch.Tensor:
 def value_function(critic: TensorDictModuleBase, observation_key: str):
     """``observation -> value`` for a critic: its own module when it is a plain one-input TensorDictModule."""
     if isinstance(critic, TensorDictModule) and list(critic.in_keys) == [observation_key]:
-        return critic.module
+        return NumpyMLP.of(critic.module)
     out_key = critic.out_keys[0]
 
     def through_tensordict(observation: torch.Tensor) -> torch.Tensor:
@@ -177,33 +186,24 @@ class TorchArrayActor(ArrayActor):
 
 
 class NumpyCategoricalMLP(ArrayActor):
-    """A categorical policy of plain Linear/Tanh/ReLU layers, evaluated in numpy on the network's own
-    parameters (numpy views of the same memory: the optimiser's in-place updates show at once).
+    """A categorical policy of plain Linear/Tanh/ReLU layers (:class:`rlplug.numpy_mlp.NumpyMLP`), acting in
+    numpy on the network's own parameters.
 
     For a few envs a step's policy call is a dozen tiny operations, and numpy's per-call cost is a small
     fraction of torch's (BENCHMARKS.md: collection). Actions are sampled from the same probabilities with
     the actor's own generator, seeded with the run.
     """
 
-    ACTIVATIONS = {torch.nn.Tanh: np.tanh, torch.nn.ReLU: lambda x, out: np.maximum(x, 0.0, out=out)}
     #: Above this many envs torch's one-thread kernels win (64-64 MLP, 2-core machine: numpy 36 us vs torch
     #: 121 us at 64 rows, but 890 us vs 243 us at 256, where numpy's BLAS threads fight for the cores).
     MAX_ROWS = 64
 
     @classmethod
     def supports(cls, view: ActorView) -> bool:
-        layers = view.params_module
-        return (view.categorical and isinstance(layers, torch.nn.Sequential) and len(layers) > 0
-                and isinstance(layers[-1], torch.nn.Linear)
-                and all(isinstance(layer, torch.nn.Linear) or type(layer) in cls.ACTIVATIONS for layer in layers)
-                and all(p.dtype == torch.float32 and p.device.type == "cpu" for p in layers.parameters()))
+        return view.categorical and NumpyMLP.supports(view.params_module)
 
     def __init__(self, view: ActorView, seed: int):
-        # (weight^T, bias) per Linear, a numpy function per activation: views of the parameters' memory,
-        # taken once (optimisers and load_state_dict update parameters in place, so the views stay current)
-        self.steps = [(layer.weight.detach().numpy().T, None if layer.bias is None else layer.bias.detach().numpy())
-                      if isinstance(layer, torch.nn.Linear) else self.ACTIVATIONS[type(layer)]
-                      for layer in view.params_module]
+        self.mlp = NumpyMLP(view.params_module)
         self._keys_of(view)
         self.seed(seed)
 
@@ -211,15 +211,7 @@ class NumpyCategoricalMLP(ArrayActor):
         self.generator = np.random.default_rng(seed)
 
     def act(self, observation: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        x = observation.reshape(len(observation), -1)
-        for step in self.steps:
-            if type(step) is tuple:
-                weight_t, bias = step
-                x = x @ weight_t
-                if bias is not None:
-                    x += bias
-            else:
-                step(x, out=x)
+        x, _ = self.mlp.forward(observation.reshape(len(observation), -1))
         x -= x.max(axis=-1, keepdims=True)
         cumulative = np.exp(x).cumsum(axis=-1)  # unnormalised probabilities, summed along the actions
         total = cumulative[:, -1]
