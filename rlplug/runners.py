@@ -50,6 +50,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from rlplug.collect import Collector, EpisodeTracker
 from rlplug.errors import UserError
+from rlplug.training import set_compute_threads
 
 #: The key under which a worker's rollout carries its bookkeeping (popped before the learner sees the batch).
 WORKER_KEY = "rlplug_worker"
@@ -280,7 +281,7 @@ def _worker_collector():
         def __init__(self, create_env_fn, policy=None, *, frames_per_batch: int, seed: int = 0, threads: int = 1,
                      worker_idx: int | None = None, total_frames: int = -1, learner=None, **_torchrl_options):
             super().__init__()
-            torch.set_num_threads(threads)
+            set_compute_threads(threads)
             torch.distributions.Distribution.set_default_validate_args(False)
             quiet_torchrl()
             import ray

@@ -28,7 +28,7 @@ from torchrl.envs import EnvBase
 from rlplug.collect import evaluate
 from rlplug.errors import UserError
 from rlplug.recipe import Recipe
-from rlplug.training import NonFiniteError, all_finite, storages_of
+from rlplug.training import NonFiniteError, all_finite, set_compute_threads, storages_of
 
 
 class TrainingDiverged(UserError):
@@ -87,7 +87,7 @@ class Run:
         if not resuming:
             check_run_dir(run_dir)
         settings = recipe.run
-        torch.set_num_threads(settings.num_threads)
+        set_compute_threads(settings.num_threads)
         seed_everything(settings.seed)
         torch.distributions.Distribution.set_default_validate_args(False)  # argument checks cost more than sampling
         env = recipe.env.build(device=settings.device)

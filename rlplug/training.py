@@ -8,6 +8,16 @@ from collections.abc import Iterator
 import torch
 
 
+def set_compute_threads(count: int) -> None:
+    """Use ``count`` threads for torch's kernels and for numpy's BLAS (the numpy networks of
+    :mod:`rlplug.numpy_mlp`). For small networks on a few cores one thread is fastest, and BLAS threads
+    left to their default spin on every core there is (BENCHMARKS.md)."""
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(count)
+    threadpool_limits(count, user_api="blas")
+
+
 def linear_decay(start: float, progress: float) -> float:
     """``start`` scaled down linearly to 0 as ``progress`` goes from 0 to 1."""
     return start * max(0.0, 1.0 - progress)

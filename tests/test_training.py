@@ -91,3 +91,17 @@ def test_the_nan_check_reads_every_parameter_once_per_storage(sizes, flat, poiso
     with torch.no_grad():
         parameters[poisoned % len(parameters)][-1] = poison
     assert not all_finite(storages)
+
+
+def test_compute_threads_set_torch_and_numpy_blas_alike():
+    """The numpy networks run on numpy's BLAS, whose threads would otherwise spin on every core."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from rlplug.training import set_compute_threads
+
+    before = torch.get_num_threads()
+    with threadpool_limits():  # restores the BLAS thread counts afterwards
+        set_compute_threads(1)
+        blas = [info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"]
+        assert torch.get_num_threads() == 1 and blas and set(blas) == {1}
+    torch.set_num_threads(before)
