@@ -58,20 +58,27 @@ def actor_view_for(env: EnvBase, policy) -> ActorView | None:
 class EpisodeTracker:
     """Episode returns as steps come in, for the 'recent return' people watch while training."""
 
-    def __init__(self, envs: int, keep: int | None = RECENT_EPISODES):
+    def __init__(self, envs: int, keep: int | None = RECENT_EPISODES, quota: int | None = None):
+        """``quota``: count only that many episodes, shared out evenly over the envs (the first
+        ``quota % envs`` envs one more), each env's first ones: an evaluation's, where an env whose
+        episodes end early must not crowd out one whose first episode is long."""
         self.running = np.zeros(envs)
         self.recent: deque[float] = deque(maxlen=keep)
         self.episodes = 0
         self._mean: tuple[int, float | None] = (0, None)  # (episodes, their recent mean): asked for every step
+        self.left = None if quota is None else np.array([quota // envs + (i < quota % envs) for i in range(envs)])
 
     def add(self, rewards: np.ndarray, dones: np.ndarray) -> None:
         """``rewards`` and ``dones`` shaped ``[envs, time]``."""
         for t in range(rewards.shape[1]):
             self.running += rewards[:, t]
             for env_index in np.flatnonzero(dones[:, t]):
-                self.recent.append(float(self.running[env_index]))
+                if self.left is None or self.left[env_index] > 0:
+                    self.recent.append(float(self.running[env_index]))
+                    self.episodes += 1
+                    if self.left is not None:
+                        self.left[env_index] -= 1
                 self.running[env_index] = 0.0
-                self.episodes += 1
 
     def recent_return(self) -> float | None:
         if self._mean[0] != self.episodes:
@@ -166,9 +173,11 @@ class Collector:
 
 @torch.no_grad()
 def evaluate(env: EnvBase, policy, episodes: int, seed: int) -> list[float]:
-    """Returns of the deterministic policy over ``episodes`` episodes, from the same start states each time."""
+    """Returns of the deterministic policy over ``episodes`` episodes, from the same start states each time:
+    each env's first episodes, shared out evenly (an env's quick second episode never stands in for another's
+    long first one)."""
     envs = max(1, env.batch_size.numel())
-    tracker = EpisodeTracker(envs, keep=None)
+    tracker = EpisodeTracker(envs, keep=None, quota=episodes)
     actor = array_actor_for(env, policy, seed)
     with set_exploration_type(ExplorationType.DETERMINISTIC):
         if actor:
@@ -188,4 +197,4 @@ def evaluate(env: EnvBase, policy, episodes: int, seed: int) -> list[float]:
                 step, state = env.step_and_maybe_reset(policy(state))
                 tracker.add(step.get(("next", "reward")).reshape(envs, 1).cpu().numpy(),
                             step.get(("next", "done")).reshape(envs, 1).cpu().numpy())
-    return list(tracker.recent)[:episodes]
+    return list(tracker.recent)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from conftest import CANONICAL
 from rlplug import recipe as recipes
 from rlplug.acting import ActorView
-from rlplug.collect import Collector, evaluate
+from rlplug.collect import Collector, EpisodeTracker, evaluate
 from rlplug.trainer import Run
 
 KEYS = {"observation", "action", "action_log_prob", ("next", "observation"), ("next", "reward"),
@@ -78,6 +78,28 @@ def test_evaluation_is_deterministic_and_counts_episodes(cartpole):
     first = evaluate(cartpole.eval_env, cartpole.algorithm.policy, episodes=2, seed=7)
     second = evaluate(cartpole.eval_env, cartpole.algorithm.policy, episodes=2, seed=7)
     assert len(first) == 2 and first == second
+
+
+@settings(max_examples=100, deadline=None)
+@given(envs=st.integers(1, 5), quota=st.integers(1, 12), data=st.data())
+def test_an_evaluation_counts_each_envs_first_episodes_only(envs, quota, data):
+    """With a quota (an evaluation's episodes), env i counts its first quota // envs episodes (one more for
+    the first quota % envs envs), however early its episodes end compared with the other envs'."""
+    steps = data.draw(st.integers(1, 30))
+    dones = np.array(data.draw(st.lists(st.lists(st.booleans(), min_size=steps, max_size=steps),
+                                        min_size=envs, max_size=envs)))
+    rewards = np.array(data.draw(st.lists(st.lists(st.integers(-3, 3), min_size=steps, max_size=steps),
+                                          min_size=envs, max_size=envs)), dtype=float)
+    tracker = EpisodeTracker(envs, keep=None, quota=quota)
+    split = data.draw(st.integers(0, steps))  # fed in two pieces, as a loop step by step does
+    tracker.add(rewards[:, :split], dones[:, :split])
+    tracker.add(rewards[:, split:], dones[:, split:])
+    expected = []
+    for env in range(envs):
+        ends = np.flatnonzero(dones[env])
+        returns = [rewards[env, start:end + 1].sum() for start, end in zip([0, *(ends[:-1] + 1)], ends)]
+        expected += returns[: quota // envs + (env < quota % envs)]
+    assert sorted(tracker.recent) == sorted(expected) and tracker.episodes == len(expected)
 
 
 def test_continuous_actions_train_end_to_end(tmp_path):
