@@ -71,7 +71,8 @@ class NumpyMLP:
             return self.module(x)
         if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters)):
             return _Differentiable.apply(self, x, *self.parameters)
-        return torch.from_numpy(self.forward(x.detach().numpy())[0])
+        rows = x.detach().numpy().reshape(-1, x.shape[-1])
+        return torch.from_numpy(self.forward(rows)[0]).reshape(*x.shape[:-1], -1)
 
     def _current(self) -> bool:
         """Refresh the numpy views if a parameter's memory moved (flattened into one tensor, say); False when
@@ -88,11 +89,9 @@ class NumpyMLP:
         return True
 
     def forward(self, x: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
-        """The output for rows ``x`` (any leading dims), and each Linear layer's input (what backward needs)."""
+        """The output for the rows of ``x`` (2-D), and each Linear layer's input (what backward needs)."""
         self._current()
-        shape = x.shape[:-1]
-        h = x.reshape(-1, x.shape[-1])
-        inputs = []
+        h, inputs = x, []
         for index, (weight_t, bias) in enumerate(self.linears):
             inputs.append(h)
             h = h @ weight_t
@@ -100,7 +99,7 @@ class NumpyMLP:
                 h += bias
             if index < len(self.activations):
                 self.activations[index][0](h, out=h)
-        return h.reshape(*shape, h.shape[-1]), inputs
+        return h, inputs
 
     def backward(self, inputs: list[np.ndarray], grad_output: np.ndarray,
                  input_grad: bool) -> tuple[np.ndarray | None, list[np.ndarray]]:
@@ -123,9 +122,9 @@ class NumpyMLP:
 class _Differentiable(torch.autograd.Function):
     @staticmethod
     def forward(ctx, mlp: NumpyMLP, x: torch.Tensor, *parameters: torch.Tensor) -> torch.Tensor:
-        output, ctx.inputs = mlp.forward(x.detach().numpy())
+        output, ctx.inputs = mlp.forward(x.detach().numpy().reshape(-1, x.shape[-1]))
         ctx.mlp, ctx.input_shape = mlp, x.shape
-        return torch.from_numpy(output)
+        return torch.from_numpy(output).reshape(*x.shape[:-1], -1)
 
     @staticmethod
     @once_differentiable
