@@ -16,6 +16,7 @@ import functools
 import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
+from torch.nn.modules import module as torch_module
 
 FLOAT_ON_CPU = {(torch.float32, "cpu"), (torch.float64, "cpu")}
 
@@ -24,6 +25,13 @@ def tanh_derivative(y: np.ndarray) -> np.ndarray:
     """``1 - y^2``, tanh's derivative from its output ``y``, in one new array."""
     derivative = np.square(y)
     return np.subtract(1, derivative, out=derivative)
+
+
+def any_global_module_hooks() -> bool:
+    """Whether hooks for every module are registered (``torch.nn.modules.module.register_module_forward_hook``
+    and the like)."""
+    return bool(torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks
+                or torch_module._global_backward_hooks or torch_module._global_backward_pre_hooks)
 
 
 @functools.lru_cache(maxsize=16)
@@ -47,16 +55,18 @@ class NumpyMLP:
     def __init__(self, module: torch.nn.Module):
         self.module = module
         self.layers = list(module) if isinstance(module, torch.nn.Sequential) else []
+        self.modules = [module, *self.layers]
         self.parameters = [p for layer in self.layers if isinstance(layer, torch.nn.Linear)
                            for p in (layer.weight, layer.bias) if p is not None]
         self._views_of: tuple[int, ...] = ()
 
     @classmethod
     def supports(cls, module: torch.nn.Module) -> bool:
-        """Linear, then (Tanh or ReLU, Linear) any number of times, on the CPU in float32 (or float64)."""
+        """Linear, then (Tanh or ReLU, Linear) any number of times, these very classes, on the CPU in float32
+        (or float64)."""
         layers = list(module) if isinstance(module, torch.nn.Sequential) else []
         return (len(layers) % 2 == 1
-                and all(isinstance(layer, torch.nn.Linear) for layer in layers[0::2])
+                and all(type(layer) is torch.nn.Linear for layer in layers[0::2])  # a subclass may compute otherwise
                 and all(type(layer) in ACTIVATIONS for layer in layers[1::2])
                 and len({(p.dtype, p.device.type) for p in module.parameters()} - FLOAT_ON_CPU) == 0
                 and len({p.dtype for p in module.parameters()}) == 1)
@@ -76,7 +86,9 @@ class NumpyMLP:
 
     def _current(self) -> bool:
         """Refresh the numpy views if a parameter's memory moved (flattened into one tensor, say); False when
-        the module is no longer one :meth:`supports`."""
+        the module is no longer one :meth:`supports`, or has hooks (which only torch's call runs)."""
+        if self._hooked():
+            return False
         pointers = tuple(p.data_ptr() for p in self.parameters)
         if pointers != self._views_of:
             if not self.supports(self.module):
@@ -87,6 +99,10 @@ class NumpyMLP:
             self.activations = [ACTIVATIONS[type(layer)] for layer in self.layers[1::2]]
             self._views_of = pointers
         return True
+
+    def _hooked(self) -> bool:
+        return any_global_module_hooks() or any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks
+                                                 or m._backward_pre_hooks for m in self.modules)
 
     def forward(self, x: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
         """The output for the rows of ``x`` (2-D), and each Linear layer's input (what backward needs)."""

@@ -99,12 +99,18 @@ def test_it_follows_the_parameters_wherever_their_memory_goes():
     torch.testing.assert_close(numpy_mlp(x), module(x))
 
 
+class ScaledLinear(torch.nn.Linear):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return 2 * super().forward(x)
+
+
 @pytest.mark.parametrize("layers", [
     [torch.nn.Linear(3, 3), torch.nn.Linear(3, 2)],  # no activation between
     [torch.nn.Tanh(), torch.nn.Linear(3, 2)],  # an activation before the first Linear
     [torch.nn.Linear(3, 3), torch.nn.GELU(), torch.nn.Linear(3, 2)],  # an activation it has no numpy form of
     [torch.nn.Linear(3, 3), torch.nn.Tanh()],  # ending in an activation
     [torch.nn.Linear(3, 3).half()],
+    [ScaledLinear(3, 2)],  # a subclass of Linear with a forward of its own
 ])
 def test_other_modules_are_left_to_torch(layers):
     module = torch.nn.Sequential(*layers)
@@ -115,3 +121,17 @@ def test_an_input_of_another_dtype_goes_to_the_module():
     module = mlp([3, 2], [], [True])
     with pytest.raises(RuntimeError):  # torch's own complaint, not a silent cast
         NumpyMLP(module)(torch.randn(2, 3, dtype=torch.float64))
+
+
+def test_a_module_with_hooks_runs_as_torch_runs_it():
+    """Hooks (wandb.watch's, a user's) only run when torch calls the module: then torch does."""
+    module = mlp([3, 4, 2], [torch.nn.Tanh], [True, True])
+    numpy_mlp, seen = NumpyMLP(module), []
+    handle = module[0].register_forward_hook(lambda layer, inputs, output: seen.append(output.shape))
+    numpy_mlp(torch.randn(5, 3))
+    handle.remove()
+    everywhere = torch.nn.modules.module.register_module_forward_hook(lambda m, i, o: seen.append("global"))
+    numpy_mlp(torch.randn(5, 3))
+    everywhere.remove()
+    numpy_mlp(torch.randn(5, 3))
+    assert seen == [(5, 4), "global", "global", "global", "global"]  # the global hook: the Sequential and its 3 layers
