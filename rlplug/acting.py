@@ -211,7 +211,7 @@ class NumpyCategoricalMLP(ArrayActor):
         self.generator = np.random.default_rng(seed)
 
     def act(self, observation: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        x, _ = self.mlp.forward(observation.reshape(len(observation), -1))
+        x = self.mlp.forward(observation.reshape(len(observation), -1))
         x -= x.max(axis=-1, keepdims=True)
         cumulative = np.exp(x).cumsum(axis=-1)  # unnormalised probabilities, summed along the actions
         total = cumulative[:, -1]

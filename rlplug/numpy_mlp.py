@@ -27,13 +27,6 @@ def tanh_derivative(y: np.ndarray) -> np.ndarray:
     return np.subtract(1, derivative, out=derivative)
 
 
-def any_global_module_hooks() -> bool:
-    """Whether hooks for every module are registered (``torch.nn.modules.module.register_module_forward_hook``
-    and the like)."""
-    return bool(torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks
-                or torch_module._global_backward_hooks or torch_module._global_backward_pre_hooks)
-
-
 @functools.lru_cache(maxsize=16)
 def ones(rows: int, dtype: np.dtype) -> np.ndarray:
     """A read-only vector of ones (a minibatch's column sums are ``ones @ g``)."""
@@ -55,7 +48,13 @@ class NumpyMLP:
     def __init__(self, module: torch.nn.Module):
         self.module = module
         self.layers = list(module) if isinstance(module, torch.nn.Sequential) else []
-        self.modules = [module, *self.layers]
+        #: the hook tables torch runs when it calls the module (its own, its layers', and those for every
+        #: module), filled in place by ``register_forward_hook`` and the like
+        self._hook_tables = [table for m in (module, *self.layers)
+                             for table in (m._forward_hooks, m._forward_pre_hooks, m._backward_hooks,
+                                           m._backward_pre_hooks)]
+        self._hook_tables += [torch_module._global_forward_hooks, torch_module._global_forward_pre_hooks,
+                              torch_module._global_backward_hooks, torch_module._global_backward_pre_hooks]
         self.parameters = [p for layer in self.layers if isinstance(layer, torch.nn.Linear)
                            for p in (layer.weight, layer.bias) if p is not None]
         self._views_of: tuple[int, ...] = ()
@@ -77,18 +76,22 @@ class NumpyMLP:
         return cls(module) if cls.supports(module) else module
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if not self._current() or x.dtype != self.parameters[0].dtype or x.device.type != "cpu":
-            return self.module(x)
+        if (any(self._hook_tables) or not self._views_current() or x.dtype != self.parameters[0].dtype
+                or x.device.type != "cpu"):
+            return self.module(x)  # hooks run only when torch calls the module; other dtypes and devices are torch's
         if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters)):
             return _Differentiable.apply(self, x, *self.parameters)
         rows = x.detach().numpy().reshape(-1, x.shape[-1])
-        return torch.from_numpy(self.forward(rows)[0]).reshape(*x.shape[:-1], -1)
+        return torch.from_numpy(self._forward(rows)[0]).reshape(*x.shape[:-1], -1)
 
-    def _current(self) -> bool:
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        """The output for the rows of ``x`` (2-D), for callers in numpy."""
+        self._views_current()
+        return self._forward(x)[0]
+
+    def _views_current(self) -> bool:
         """Refresh the numpy views if a parameter's memory moved (flattened into one tensor, say); False when
-        the module is no longer one :meth:`supports`, or has hooks (which only torch's call runs)."""
-        if self._hooked():
-            return False
+        the module is no longer one :meth:`supports`."""
         pointers = tuple(p.data_ptr() for p in self.parameters)
         if pointers != self._views_of:
             if not self.supports(self.module):
@@ -100,13 +103,8 @@ class NumpyMLP:
             self._views_of = pointers
         return True
 
-    def _hooked(self) -> bool:
-        return any_global_module_hooks() or any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks
-                                                 or m._backward_pre_hooks for m in self.modules)
-
-    def forward(self, x: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
-        """The output for the rows of ``x`` (2-D), and each Linear layer's input (what backward needs)."""
-        self._current()
+    def _forward(self, x: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+        """The output for the rows of ``x``, and each Linear layer's input (what backward needs)."""
         h, inputs = x, []
         for index, (weight_t, bias) in enumerate(self.linears):
             inputs.append(h)
@@ -120,7 +118,7 @@ class NumpyMLP:
     def backward(self, inputs: list[np.ndarray], grad_output: np.ndarray,
                  input_grad: bool) -> tuple[np.ndarray | None, list[np.ndarray]]:
         """The gradient of the input (when ``input_grad``) and of every parameter, in :attr:`parameters`' order,
-        given the output's and the layer inputs :meth:`forward` kept."""
+        given the output's and the layer inputs :meth:`_forward` kept."""
         g = grad_output.reshape(-1, grad_output.shape[-1])
         grads: list[np.ndarray] = []
         for index in reversed(range(len(self.linears))):
@@ -138,7 +136,7 @@ class NumpyMLP:
 class _Differentiable(torch.autograd.Function):
     @staticmethod
     def forward(ctx, mlp: NumpyMLP, x: torch.Tensor, *parameters: torch.Tensor) -> torch.Tensor:
-        output, ctx.inputs = mlp.forward(x.detach().numpy().reshape(-1, x.shape[-1]))
+        output, ctx.inputs = mlp._forward(x.detach().numpy().reshape(-1, x.shape[-1]))
         ctx.mlp, ctx.input_shape = mlp, x.shape
         return torch.from_numpy(output).reshape(*x.shape[:-1], -1)
 
