@@ -145,8 +145,7 @@ class ArrayActor:
     one_hot: bool = False
 
     @staticmethod
-    def for_policy(policy: TensorDictModuleBase, device: torch.device | str, seed: int,
-                   envs: int) -> "ArrayActor | None":
+    def for_policy(policy: TensorDictModuleBase, device: torch.device | str, seed: int) -> "ArrayActor | None":
         try:
             view = ActorView.of(policy)
         except TypeError:
@@ -154,7 +153,7 @@ class ArrayActor:
                 return ChainArrayActor(policy, device)
             except TypeError:
                 return None
-        if torch.device(device).type == "cpu" and envs <= NumpyCategoricalMLP.MAX_ROWS and NumpyCategoricalMLP.supports(view):
+        if torch.device(device).type == "cpu" and NumpyCategoricalMLP.supports(view):
             return NumpyCategoricalMLP(view, seed)
         return TorchArrayActor(view, device)
 
@@ -189,14 +188,11 @@ class NumpyCategoricalMLP(ArrayActor):
     """A categorical policy of plain Linear/Tanh/ReLU layers (:class:`rlplug.numpy_mlp.NumpyMLP`), acting in
     numpy on the network's own parameters.
 
-    For a few envs a step's policy call is a dozen tiny operations, and numpy's per-call cost is a small
-    fraction of torch's (BENCHMARKS.md: collection). Actions are sampled from the same probabilities with
-    the actor's own generator, seeded with the run.
+    A step's policy call is a dozen small operations, and numpy's per-call cost is a fraction of torch's
+    (BENCHMARKS.md: collection; with numpy's BLAS on one thread 44 against 106 us at 64 envs, 89 against
+    162 us at 256). Actions are sampled from the same probabilities with the actor's own generator, seeded
+    with the run.
     """
-
-    #: Above this many envs torch's one-thread kernels win (64-64 MLP, 2-core machine: numpy 36 us vs torch
-    #: 121 us at 64 rows, but 890 us vs 243 us at 256, where numpy's BLAS threads fight for the cores).
-    MAX_ROWS = 64
 
     @classmethod
     def supports(cls, view: ActorView) -> bool:

@@ -42,7 +42,7 @@ def array_actor_for(env: EnvBase, policy, seed: int) -> ArrayActor | None:
     """The actor to collect with on the array road, or None where only the TensorDict road goes."""
     if not array_road_open(env, policy):
         return None
-    return ArrayActor.for_policy(policy, env.device or "cpu", seed, max(1, env.batch_size.numel()))
+    return ArrayActor.for_policy(policy, env.device or "cpu", seed)
 
 
 def actor_view_for(env: EnvBase, policy) -> ActorView | None:
