@@ -166,19 +166,15 @@ def clip_and_step(optimiser: torch.optim.Optimizer, parameters: list[torch.nn.Pa
     """
     norm = None
     if max_grad_norm:
-        if isinstance(parameters, FlatParameters):
-            # clip_grad_norm_'s rule, scale by min(1, max / (norm + 1e-6)), on the one flat gradient: one
-            # norm kernel and at most one scaling kernel, where the per-tensor norms cost a dozen
-            norm = torch.linalg.vector_norm(parameters.flat.grad)
-            total = norm.item()
-            if not math.isfinite(total):
-                raise NonFiniteError("the gradient norm")
-            if total + 1e-6 > max_grad_norm:
-                parameters.flat.grad.mul_(max_grad_norm / (total + 1e-6))
-        else:
-            norm = torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm, foreach=True)
-            if not torch.isfinite(norm):
-                raise NonFiniteError("the gradient norm")
+        flat = isinstance(parameters, FlatParameters)
+        # one norm kernel over the flat gradient, where the per-tensor norms of clip_grad_norm_ cost a dozen
+        norm = (torch.linalg.vector_norm(parameters.flat.grad) if flat
+                else torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm, foreach=True))
+        total = norm.item()
+        if not math.isfinite(total):
+            raise NonFiniteError("the gradient norm")
+        if flat and total + 1e-6 > max_grad_norm:  # clip_grad_norm_'s rule: scale by min(1, max / (norm + 1e-6))
+            parameters.flat.grad.mul_(max_grad_norm / (total + 1e-6))
     optimiser.step()
     return norm
 
