@@ -59,6 +59,10 @@ class NumpyMLP:
                            for p in (layer.weight, layer.bias) if p is not None]
         self._views_of: tuple[int, ...] = ()
 
+    def __reduce__(self):
+        """Pickled as its module: the copy takes its own views and hook tables (Ray sends algorithms to workers)."""
+        return NumpyMLP, (self.module,)
+
     @classmethod
     def supports(cls, module: torch.nn.Module) -> bool:
         """Linear, then (Tanh or ReLU, Linear) any number of times, these very classes, on the CPU in float32

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -135,3 +137,17 @@ def test_a_module_with_hooks_runs_as_torch_runs_it():
     everywhere.remove()
     numpy_mlp(torch.randn(5, 3))
     assert seen == [(5, 4), "global", "global", "global", "global"]  # the global hook: the Sequential and its 3 layers
+
+
+def test_a_pickled_copy_reads_its_own_module():
+    """Ray sends algorithms to its workers pickled: the copy's views and hook tables are its own module's."""
+    torch.manual_seed(0)
+    copy = pickle.loads(pickle.dumps(NumpyMLP(mlp([3, 4, 2], [torch.nn.Tanh], [True, True]))))
+    x = torch.randn(5, 3)
+    with torch.no_grad():
+        copy.module[0].weight.add_(1.0)  # in place, as an optimiser steps
+    torch.testing.assert_close(copy(x), copy.module(x))
+    seen = []
+    copy.module.register_forward_hook(lambda module, inputs, output: seen.append(True))
+    copy(x)
+    assert seen == [True]
