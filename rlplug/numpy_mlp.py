@@ -142,11 +142,13 @@ class _Differentiable(torch.autograd.Function):
     def forward(ctx, mlp: NumpyMLP, x: torch.Tensor, *parameters: torch.Tensor) -> torch.Tensor:
         output, ctx.inputs = mlp._forward(x.detach().numpy().reshape(-1, x.shape[-1]))
         ctx.mlp, ctx.input_shape = mlp, x.shape
+        ctx.save_for_backward(*parameters)  # autograd's check that nothing changes them before backward
         return torch.from_numpy(output).reshape(*x.shape[:-1], -1)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_output: torch.Tensor):
+        ctx.saved_tensors  # raises if a parameter was modified in place since the forward pass
         input_grad, grads = ctx.mlp.backward(ctx.inputs, grad_output.numpy(), ctx.needs_input_grad[1])
         x_grad = None if input_grad is None else torch.from_numpy(input_grad).reshape(ctx.input_shape)
         return (None, x_grad, *(torch.from_numpy(g) for g in grads))

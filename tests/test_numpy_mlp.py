@@ -151,3 +151,13 @@ def test_a_pickled_copy_reads_its_own_module():
     copy.module.register_forward_hook(lambda module, inputs, output: seen.append(True))
     copy(x)
     assert seen == [True]
+
+
+def test_a_parameter_changed_between_forward_and_backward_is_an_error():
+    """As with torch's own layers: the backward pass would otherwise use weights the forward pass did not."""
+    module = mlp([3, 4, 2], [torch.nn.Tanh], [True, True])
+    loss = NumpyMLP(module)(torch.randn(5, 3)).sum()
+    with torch.no_grad():
+        module[2].weight.add_(1.0)
+    with pytest.raises(RuntimeError, match="inplace"):
+        loss.backward()
