@@ -39,6 +39,9 @@ if "RL_LOGGING_LEVEL" not in os.environ:  # TorchRL logs INFO lines (spec checks
 
 #: Bumped when a checkpoint's layout changes.
 CHECKPOINT_FORMAT = 1
+#: Metrics that are NaN when undefined, not when training broke: the explained variance of a batch whose
+#: value targets are all equal (a critic saturated on a solved task can make them so).
+MAY_BE_UNDEFINED = ("explained_variance",)
 
 
 def seed_everything(seed: int) -> None:
@@ -225,7 +228,8 @@ class Run:
             # a runner may do the update itself (gradient workers: theirs averaged, then applied here)
             update = getattr(self.collector, "update", None)
             metrics = update(self.algorithm, batch) if callable(update) else self.algorithm.update(batch)
-            broken = next((name for name, value in metrics.items() if not math.isfinite(value)), None)
+            broken = next((name for name, value in metrics.items()
+                           if not math.isfinite(value) and name not in MAY_BE_UNDEFINED), None)
             if broken is None and not all_finite(self.parameter_storages()):
                 broken = "a network parameter"
         except NonFiniteError as error:

@@ -134,6 +134,20 @@ def test_nan_stops_training_with_a_clear_error_and_keeps_the_last_good_checkpoin
     assert all(torch.isfinite(v).all() for v in kept["algorithm"]["critic"].values())
 
 
+def test_an_undefined_explained_variance_is_not_a_divergence(tmp_path):
+    """All value targets of a batch equal (a critic saturated on a solved task) leave the explained variance
+    undefined, NaN: training goes on. A NaN loss reported the same way still stops it."""
+    agent = rlplug.Agent.from_recipe(CANONICAL, out=tmp_path / "run", run={"total_frames": 2048},
+                                     eval={"episodes": 1})
+    algorithm = agent.run.algorithm
+    update = algorithm.update
+    algorithm.update = lambda batch: {**update(batch), "explained_variance": float("nan")}
+    assert agent.train(max_frames=512)["status"] == "paused"
+    algorithm.update = lambda batch: {**update(batch), "loss_value": float("nan")}
+    with pytest.raises(rlplug.UserError, match="training diverged: loss_value is not finite"):
+        agent.train(max_frames=512)
+
+
 def test_unwritable_output_and_missing_env_packages_fail_before_training(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
