@@ -9,7 +9,7 @@ and the loss pay only for the arithmetic. Nothing is copied: the view shares the
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -37,11 +37,10 @@ class ActorView:
     action_key: str
     log_prob_key: str
     #: ``params_module`` as a function of the observation, computed in numpy where it can be (:mod:`rlplug.numpy_mlp`)
-    compute_params: Callable[[torch.Tensor], torch.Tensor | tuple[torch.Tensor, ...]] = None  # type: ignore[assignment]
+    compute_params: Callable[[torch.Tensor], torch.Tensor | tuple[torch.Tensor, ...]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.compute_params is None:
-            self.compute_params = NumpyMLP.of(self.params_module)
+        self.compute_params = NumpyMLP.of(self.params_module)
 
     @classmethod
     def of(cls, actor: TensorDictModuleBase) -> "ActorView":

@@ -85,8 +85,7 @@ class NumpyMLP:
             return self.module(x)  # hooks run only when torch calls the module; other dtypes and devices are torch's
         if torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters)):
             return _Differentiable.apply(self, x, *self.parameters)
-        rows = x.detach().numpy().reshape(-1, x.shape[-1])
-        return torch.from_numpy(self._forward(rows)[0]).reshape(*x.shape[:-1], -1)
+        return self._forward_tensor(x)[0]
 
     def forward(self, x: np.ndarray) -> np.ndarray:
         """The output for the rows of ``x`` (2-D), for callers in numpy."""
@@ -106,6 +105,11 @@ class NumpyMLP:
             self.activations = [ACTIVATIONS[type(layer)] for layer in self.layers[1::2]]
             self._views_of = pointers
         return True
+
+    def _forward_tensor(self, x: torch.Tensor) -> tuple[torch.Tensor, list[np.ndarray]]:
+        """:meth:`_forward` on a tensor of any leading dims: the output shaped like ``x``, and the layer inputs."""
+        output, inputs = self._forward(x.detach().numpy().reshape(-1, x.shape[-1]))
+        return torch.from_numpy(output).reshape(*x.shape[:-1], -1), inputs
 
     def _forward(self, x: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
         """The output for the rows of ``x``, and each Linear layer's input (what backward needs)."""
@@ -140,10 +144,10 @@ class NumpyMLP:
 class _Differentiable(torch.autograd.Function):
     @staticmethod
     def forward(ctx, mlp: NumpyMLP, x: torch.Tensor, *parameters: torch.Tensor) -> torch.Tensor:
-        output, ctx.inputs = mlp._forward(x.detach().numpy().reshape(-1, x.shape[-1]))
+        output, ctx.inputs = mlp._forward_tensor(x)
         ctx.mlp, ctx.input_shape = mlp, x.shape
         ctx.save_for_backward(*parameters)  # autograd's check that nothing changes them before backward
-        return torch.from_numpy(output).reshape(*x.shape[:-1], -1)
+        return output
 
     @staticmethod
     @once_differentiable
