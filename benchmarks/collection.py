@@ -1,7 +1,7 @@
 """Collection speed: rlplug's collection path against gymnasium stepping the same envs on its own.
 
 rlplug's side is exactly what the training loop runs: the recipe's env and MLP policy built through the
-registry, :class:`rlplug.collect.Collector` sampling actions and recording every field the update reads
+registry, :class:`rlplug.core.collect.Collector` sampling actions and recording every field the update reads
 (observations, actions, log-probabilities, next observations, rewards, done flags, episode returns).
 gymnasium's side is ``SyncVectorEnv`` with random actions and nothing recorded: the floor.
 The two alternate, several rounds each, and the table gives medians and the ratio.
@@ -23,8 +23,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from rlplug import recipe as recipes  # noqa: E402
-from rlplug.collect import Collector  # noqa: E402
-from rlplug.trainer import Run  # noqa: E402
+from rlplug.core.collect import Collector  # noqa: E402
+from rlplug.run.trainer import Run  # noqa: E402
 
 CANONICAL = os.path.join(os.path.dirname(__file__), "..", "recipes", "cartpole-ppo.toml")
 

@@ -5,13 +5,14 @@ annotations (:class:`Network`, :class:`Estimator`, ...) and parameter checks (:c
 :class:`Check`) a factory signature may use, and :class:`UserError`.
 """
 
-from rlplug.components import Algorithm, Component, Env, Estimator, Logger, Network, Noise, Preprocessor, ReplayBuffer
+from rlplug.registry.components import (Algorithm, Component, Env, Estimator, Logger, Network, Noise, Preprocessor,
+                                        ReplayBuffer, Runner)
 from rlplug.errors import UserError
 from rlplug.registry import get_registry, make
 from rlplug.registry.hookspecs import hookimpl
-from rlplug.registry.params import CONTEXT_NAMES, Check, Range, Unbounded
+from rlplug.registry.schema import CONTEXT_NAMES, Check, Range, Unbounded
+from rlplug.version import __version__
 
-__version__ = "0.1.0"
 
 
 def __getattr__(name: str):
@@ -23,6 +24,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "Agent", "hookimpl", "make", "get_registry", "UserError", "Range", "Check", "Unbounded", "CONTEXT_NAMES",
+    "Agent", "__version__", "hookimpl", "make", "get_registry", "UserError", "Range", "Check", "Unbounded", "CONTEXT_NAMES",
     "Component", "Env", "Algorithm", "Estimator", "Logger", "Network", "ReplayBuffer", "Noise", "Preprocessor",
+    "Runner",
 ]

@@ -19,9 +19,12 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from rlplug import recipe as recipes
-from rlplug.acting import ActorView
+from rlplug.core.acting import ActorView
 from rlplug.errors import UserError
-from rlplug.trainer import Run, default_run_dir, load_checkpoint
+from rlplug.run.directory import default_run_dir
+from rlplug.run.trainer import Run
+from rlplug.registry import protocols
+from rlplug.registry.protocols import capability
 
 
 class Agent:
@@ -44,10 +47,7 @@ class Agent:
     @classmethod
     def load(cls, path: str | Path, *, out: str | Path | None = None) -> "Agent":
         """An agent from a checkpoint written by :meth:`save` (or a run's ``checkpoint.pt``)."""
-        state = load_checkpoint(Path(path))
-        recipe = recipes.validate(state["recipe"], file=str(path))
-        run = Run.build(recipe, Path(out) if out else default_run_dir(Path(path)))
-        run.load_state_dict(state)
+        run, _ = Run.from_checkpoint(Path(path), Path(out) if out else default_run_dir(Path(path)))
         return cls(run)
 
     def train(self, max_frames: int | None = None, max_episodes: int | None = None, max_iters: int | None = None,
@@ -72,8 +72,8 @@ class Agent:
         """An action for a numpy observation, or a batch of them, in gymnasium's format (an index for
         discrete actions). Observations are taken as a gymnasium env gives them; the recipe's observation
         normalisation (with the statistics learned so far) is applied here, as in training."""
-        normalize = getattr(self.run.env, "normalize_observation", None)
-        if callable(normalize):
+        normalize = capability(self.run.env, protocols.Env.normalize_observation)
+        if normalize:
             observation = normalize(observation)
         tensor = torch.as_tensor(np.asarray(observation), dtype=torch.float32)
         single = tensor.ndim == 1

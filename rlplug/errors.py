@@ -6,7 +6,9 @@ so the message itself must say where the problem is and what to do about it.
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Iterable
 
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -23,17 +25,21 @@ class UserError(Exception):
     it came from and ``line`` a line number where one is known (TOML syntax errors).
     """
 
-    def __init__(self, message: str, *, path: str = "", file: str | None = None, line: int | None = None):
+    def __init__(self, message: str, *, path: str = "", file: str | None = None, line: int | None = None,
+                 original: BaseException | None = None):
         super().__init__(message)
         self.message = message
         self.path = path
         self.file = file
         self.line = line
+        #: the exception behind this one, if any (a plugin's factory raised it): its traceback is the one
+        #: ``RLPLUG_DEBUG=1`` shows
+        self.original = original
 
     def located(self, *, file: str | None = None, prefix: str = "") -> "UserError":
         """The same error seen from further out: inside ``file``, under the key path ``prefix``."""
         path = ".".join(p for p in (prefix, self.path) if p)
-        return type(self)(self.message, path=path, file=file or self.file, line=self.line)
+        return type(self)(self.message, path=path, file=file or self.file, line=self.line, original=self.original)
 
     def __str__(self) -> str:
         where = ""
@@ -58,3 +64,13 @@ class RecipeError(UserError):
 
 class PluginError(Exception):
     """A plugin that failed to import or register; recorded, not raised, unless plugins are strict."""
+
+def did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest candidate, or an empty string when none is close."""
+    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def a(noun: str) -> str:
+    """The noun with its indefinite article: 'an algorithm', 'a network'."""
+    return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"

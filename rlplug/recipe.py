@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from rlplug.components import Algorithm, Env, Logger, Runner
+from rlplug.registry.components import Algorithm, Env, Logger, Runner
 from rlplug.errors import RecipeError, UserError
 from rlplug.registry import get_registry, resolve
-from rlplug.registry.params import Check, Range, convert
+from rlplug.registry.schema import Check, Range, convert
 
 
 def device_problem(device: str) -> str | None:
@@ -76,7 +76,7 @@ class Recipe:
 
     def resolved(self) -> dict[str, Any]:
         """The recipe with every default filled in and every component qualified, as TOML data."""
-        from rlplug import __version__
+        from rlplug.version import __version__
 
         tables = {
             "run": vars(self.run), "eval": vars(self.eval), "env": self.env.resolved(),
@@ -89,7 +89,7 @@ class Recipe:
 
     def components(self):
         """``(dotted path, component)`` for every component in the recipe, nested ones included."""
-        from rlplug.components import Component
+        from rlplug.registry.components import Component
 
         queue = [("env", self.env), ("algorithm", self.algorithm),
                  *((f"loggers[{i}]", logger) for i, logger in enumerate(self.loggers)), ("runner", self.runner)]

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -27,3 +29,42 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 300) -> subpro
 @pytest.fixture
 def cli():
     return run_cli
+
+
+def rlplug_cli(*args: str, path: Path | None = None, timeout: float = 60, **env: str) -> subprocess.CompletedProcess:
+    """``python -m rlplug ARGS`` with ``path`` (a folder of fake distributions) on PYTHONPATH."""
+    if path is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(path), os.environ.get("PYTHONPATH")]))
+    return run_cli(*args, env=env, timeout=timeout)
+
+
+_module_ids = itertools.count()
+
+
+@pytest.fixture
+def install(tmp_path, monkeypatch):
+    """``install({entry point name: module source}, dist=..., version=...)``: a fake installed distribution.
+
+    Module names are unique per call, so no test sees another's modules through ``sys.modules``.
+    """
+    modules: list[str] = []
+
+    def install_(plugins: dict[str, str], *, dist: str = "fakepkg", version: str = "1.2.3",
+                 where: Path = tmp_path) -> Path:
+        where.mkdir(parents=True, exist_ok=True)
+        lines = []
+        for entry_name, source in plugins.items():
+            module = f"fake_rlplug_plugin_{next(_module_ids)}"
+            (where / f"{module}.py").write_text(textwrap.dedent(source))
+            lines.append(f"{entry_name} = {module}")
+            modules.append(module)
+        info = where / f"{dist}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+        (info / "entry_points.txt").write_text("[rlplug]\n" + "\n".join(lines) + "\n")
+        monkeypatch.syspath_prepend(str(where))
+        return where
+
+    yield install_
+    for module in modules:
+        sys.modules.pop(module, None)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import rlplug
 from conftest import CANONICAL
-from rlplug.training import make_optimizer, scheduled_lr
+from rlplug.core.training import make_optimizer, scheduled_lr
 
 COMMON = {"run": {"total_frames": 512}, "eval": {"episodes": 2}}
 METRICS = {"fps", "episodes", "loss_policy", "entropy", "kl", "grad_norm", "lr"}
@@ -117,7 +117,7 @@ def test_select_action_sees_observations_as_training_did(tmp_path):
     agent = agent_for(tmp_path, {"use": "ppo"}, env={"normalize_observations": "running"})
     agent.train(max_frames=256)
     observation = torch.tensor([[2.0, -1.0, 0.2, 0.5]]).numpy()
-    from rlplug.acting import ActorView
+    from rlplug.core.acting import ActorView
 
     view = ActorView.of(agent.run.algorithm.policy)
     normalized = torch.as_tensor(agent.run.env.normalize_observation(observation), dtype=torch.float32)

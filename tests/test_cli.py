@@ -158,7 +158,7 @@ def test_list_groups_components_by_kind():
     data = json.loads(run_cli("list", "--json").stdout)
     gae = next(c for c in data["components"]["estimator"] if c["name"] == "gae")
     assert gae["plugin"] == "rlplug" and gae["qualified_name"] == "rlplug:gae"
-    assert {"name": "gamma", "type": "float", "default": "0.99"} in gae["parameters"]
+    assert {"name": "gamma", "type": "float", "default": 0.99} in gae["parameters"]
 
 
 def test_unknown_command_is_a_usage_error():
@@ -168,7 +168,7 @@ def test_unknown_command_is_a_usage_error():
 
 @given(st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=20), st.randoms())
 def test_aggregate_iqm_is_a_robust_middle(returns, rng):
-    from rlplug.cli import aggregate_returns
+    from rlplug.cli.run import aggregate_returns
 
     shuffled = returns[:]
     rng.shuffle(shuffled)
@@ -181,14 +181,14 @@ def test_aggregate_iqm_is_a_robust_middle(returns, rng):
 
 @pytest.mark.parametrize("text, seeds", [("0-4", [0, 1, 2, 3, 4]), ("1,3,7", [1, 3, 7]), ("5", [5]), ("0-1,4", [0, 1, 4])])
 def test_seed_lists(text, seeds):
-    from rlplug.cli import parse_seeds
+    from rlplug.cli.run import parse_seeds
 
     assert parse_seeds(text) == seeds
 
 
 @pytest.mark.parametrize("text", ["a-b", "3-1", "1,1", "", "-2"])
 def test_bad_seed_lists_are_user_errors(text):
-    from rlplug.cli import parse_seeds
+    from rlplug.cli.run import parse_seeds
     from rlplug.errors import UserError
 
     with pytest.raises(UserError, match="--seeds"):
@@ -234,7 +234,7 @@ def test_start_up_hides_ray_and_mujoco_and_freezes_what_it_builds(tmp_path):
 def test_a_recipe_with_a_plugin_component_lets_torchrl_see_everything():
     """A plugin's component might use TorchRL's Ray replay buffer or its MuJoCo envs: nothing is hidden."""
     from rlplug import recipe as recipes
-    from rlplug.cli import hidden_from_torchrl, packages_torchrl_need_not_load
+    from rlplug.cli.run import hidden_from_torchrl, packages_torchrl_need_not_load
 
     own = recipes.load(CANONICAL, [])
     assert sorted(packages_torchrl_need_not_load(own)) == ["mujoco", "ray"]

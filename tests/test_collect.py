@@ -13,9 +13,11 @@ from hypothesis import strategies as st
 
 from conftest import CANONICAL
 from rlplug import recipe as recipes
-from rlplug.acting import ActorView
-from rlplug.collect import Collector, EpisodeTracker, evaluate
-from rlplug.trainer import Run
+from rlplug.core.acting import ActorView
+from rlplug.core.collect import Collector
+from rlplug.run.evaluation import evaluate
+from rlplug.core.episodes import EpisodeTracker
+from rlplug.run.trainer import Run
 
 KEYS = {"observation", "action", "action_log_prob", ("next", "observation"), ("next", "reward"),
         ("next", "done"), ("next", "terminated"), ("next", "truncated")}
@@ -119,7 +121,7 @@ def test_continuous_actions_train_end_to_end(tmp_path):
 @settings(max_examples=50, deadline=None)
 @given(st.integers(min_value=1, max_value=64), st.floats(min_value=0.1, max_value=10), st.integers(0, 2**31 - 1))
 def test_numpy_policy_gives_the_torch_policys_numbers(cartpole, rows, scale, seed):
-    from rlplug.acting import NumpyCategoricalMLP
+    from rlplug.core.acting import NumpyCategoricalMLP
 
     view = ActorView.of(cartpole.algorithm.policy)
     numpy_policy = NumpyCategoricalMLP(view, seed)
@@ -134,7 +136,7 @@ def test_numpy_policy_gives_the_torch_policys_numbers(cartpole, rows, scale, see
 
 
 def test_numpy_policy_samples_with_the_right_frequencies(cartpole):
-    from rlplug.acting import NumpyCategoricalMLP
+    from rlplug.core.acting import NumpyCategoricalMLP
 
     view = ActorView.of(cartpole.algorithm.policy)
     observation = np.repeat(np.array([[0.5, -1.0, 0.2, 1.5]], dtype=np.float32), 20_000, axis=0)
@@ -151,7 +153,7 @@ def test_an_off_policy_actor_with_exploration_takes_the_array_road_with_the_same
     from tensordict import TensorDict
     from torchrl.envs.utils import ExplorationType, set_exploration_type
 
-    from rlplug.acting import ChainArrayActor
+    from rlplug.core.acting import ChainArrayActor
 
     recipe = recipes.load(CANONICAL.parent / "pendulum-ddpg.toml",
                           ["env.num_envs=2", "algorithm.random_frames=40", f"algorithm.exploration_noise.use={noise}"])

@@ -122,7 +122,7 @@ def test_eval_video_without_a_renderer_is_one_line_before_evaluating(runs, tmp_p
 def test_video_refuses_an_env_that_is_not_gymnasium():
     pytest.importorskip("rlplug_example_plugin")
     from rlplug import recipe as recipes
-    from rlplug.commands.evaluate import render_recipe
+    from rlplug.run.video import render_recipe
 
     corridor = Path(__file__).resolve().parent.parent / "examples" / "rlplug-example-plugin" / "corridor-ppo.toml"
     with pytest.raises(UserError, match="films gymnasium envs"):
@@ -186,7 +186,7 @@ def test_plot_writes_a_png_with_seeds_grouped(runs, tmp_path):
 
 def test_plot_runs_function(runs, tmp_path):
     """What ``run --seeds`` calls; a directory of runs stands for its runs; recipes apart from the seed group."""
-    from rlplug.commands.plot import expand_run_dirs, group_runs, plot_runs, read_runs
+    from rlplug.cli.plot import expand_run_dirs, group_runs, plot_runs, read_runs
 
     seeds = tmp_path / "seeds"
     seeds.mkdir()

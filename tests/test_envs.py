@@ -11,8 +11,9 @@ import torch
 import rlplug
 from conftest import CANONICAL, run_cli
 from rlplug import recipe as recipes
-from rlplug.collect import Collector, evaluate
-from rlplug.trainer import Run
+from rlplug.core.collect import Collector
+from rlplug.run.evaluation import evaluate
+from rlplug.run.trainer import Run
 
 EPS = 1e-8
 # RescaleAction's bounds from TOML numbers are float64; gymnasium says so when it casts them

@@ -7,7 +7,7 @@ import csv
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlplug.loggers import CSVLogger
+from rlplug.plugins.loggers.builtin import CSVLogger
 
 metric_names = st.sampled_from(["fps", "loss", "eval_return_mean", "kl"])
 rows = st.lists(st.dictionaries(metric_names, st.floats(-1e6, 1e6, allow_nan=False), min_size=1), min_size=1, max_size=12)

@@ -258,7 +258,7 @@ def test_wandb_run_that_fails_ends_with_a_nonzero_exit_code(tmp_path, no_server)
     ({"netrc": "wandb.example.com", "settings": "https://wandb.example.com"}, None),  # `wandb login --host`
 ])
 def test_wandb_mode_is_offline_unless_logged_in_or_chosen(tmp_path, monkeypatch, setting, expected):
-    from rlplug.loggers import wandb_mode
+    from rlplug.plugins.loggers.builtin import wandb_mode
 
     for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_BASE_URL", "WANDB_CONFIG_DIR",
                  "NETRC"):
@@ -297,7 +297,7 @@ def test_tensorboard_scalars_at_every_frame_count(tmp_path):
 
 
 def test_tensorboard_hides_what_a_killed_run_logged_after_the_checkpoint_it_resumes_from(tmp_path):
-    from rlplug.loggers import TensorBoardLogger
+    from rlplug.plugins.loggers.builtin import TensorBoardLogger
 
     killed = TensorBoardLogger(tmp_path, start_frames=0)
     for frames in (100, 200, 300):  # checkpoint at 200, killed after logging 300
@@ -332,7 +332,7 @@ def test_tensorboard_shows_evaluation_videos_as_gifs(tmp_path):
     from PIL import Image
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from rlplug.loggers import GIF_MAX_FRAMES
+    from rlplug.plugins.loggers.builtin import GIF_MAX_FRAMES
 
     recipe = tmp_path / "recipe.toml"
     recipe.write_text(CANONICAL.read_text().replace('use = "csv"', 'use = "tensorboard"'))

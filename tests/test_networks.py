@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 import rlplug
 from conftest import CANONICAL, run_cli
 from rlplug import recipe as recipes
-from rlplug.acting import ActorView
-from rlplug.networks import LAYERS, build_layers
-from rlplug.trainer import Run
+from rlplug.core.acting import ActorView
+from rlplug.core.layers import LAYERS, build_layers
+from rlplug.run.trainer import Run
 from test_cli import assert_user_error, write_recipe
 
 NETWORKS = ["mlp", "sequential"]

@@ -9,8 +9,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlplug.numpy_mlp import NumpyMLP
-from rlplug.training import FlatParameters
+from rlplug.core.numpy_mlp import NumpyMLP
+from rlplug.core.training import FlatParameters
 
 
 def mlp(sizes: list[int], activations: list[type], biases: list[bool], dtype=torch.float32) -> torch.nn.Sequential:

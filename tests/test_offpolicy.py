@@ -20,7 +20,7 @@ from tensordict import TensorDict
 
 import rlplug
 from conftest import ROOT
-from rlplug.algorithms.offpolicy import polyak_update
+from rlplug.plugins.algorithms.offpolicy.parts import polyak_update
 
 RECIPES = ROOT / "recipes"
 #: Each recipe shrunk to a few hundred frames and small networks.
@@ -85,8 +85,8 @@ def test_polyak_update_is_the_formula_exactly(tau, seed):
 def test_polyak_update_over_flat_parameters_is_the_same_formula(tau, seed):
     """Learners keep their parameters in one tensor and the targets follow that layout (flat_target): the
     update is then a few kernels over one tensor, and must give the per-tensor formula bit for bit."""
-    from rlplug.algorithms.offpolicy import flat_target, target_copy
-    from rlplug.training import FlatParameters
+    from rlplug.plugins.algorithms.offpolicy.parts import flat_target, target_copy
+    from rlplug.core.training import FlatParameters
 
     torch.manual_seed(seed)
     online = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2))
@@ -230,7 +230,7 @@ def test_a_run_stopped_at_a_checkpoint_and_loaded_ends_exactly_where_one_left_al
 
 
 def test_a_memmap_replay_buffer_lives_in_the_run_directory_and_a_resumed_run_reads_it(tmp_path):
-    from rlplug.trainer import Run
+    from rlplug.run.trainer import Run
 
     agent = agent_for(tmp_path, "pendulum-ddpg", **{"algorithm.replay_buffer.storage": "memmap"})
     agent.train(max_frames=200)

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rlplug.errors import ParameterError
-from rlplug.registry.params import Range, Schema, Unbounded, convert, validate
+from rlplug.registry.schema import Range, Schema, Unbounded, convert, validate
 
 
 def factory(

@@ -20,7 +20,7 @@ from hypothesis.extra.numpy import arrays
 from torchrl.data import Composite, Unbounded
 
 import rlplug
-from rlplug.preprocessing import RunningStandardScaler
+from rlplug.plugins.preprocessors.scalers import RunningStandardScaler
 
 SETTINGS = settings(max_examples=60, deadline=None)
 

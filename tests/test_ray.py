@@ -9,6 +9,7 @@ import csv
 import json
 import pickle
 import sys
+import threading
 import time
 
 import pytest
@@ -19,7 +20,9 @@ import rlplug
 from conftest import CANONICAL, ROOT, run_cli
 from rlplug import recipe as recipes
 from rlplug.errors import UserError
-from rlplug.runners import LocalCollector, RayCollection, unreachable
+from rlplug.plugins.runners.local import LocalCollector
+from rlplug.plugins.runners.ray.cluster import unreachable
+from rlplug.plugins.runners.ray.collection import RayCollection
 
 IMPALA = ROOT / "recipes" / "cartpole-impala-ray.toml"
 #: Small runs: two workers, no periodic evaluation or checkpoint, the csv logger only.
@@ -115,7 +118,7 @@ def test_gradients_averaged_over_workers_equal_the_local_update(tmp_path):
     """Gradient mode's arithmetic without Ray: two workers' gradients on their halves of a batch, averaged and
     applied by the learner, take the same step as the algorithm's own update on the whole batch (A2C: one
     minibatch, no advantage normalisation, so the mean loss over the batch is the mean of the halves')."""
-    from rlplug.runners import GradientWorker
+    from rlplug.plugins.runners.ray.gradients import GradientWorker
 
     a2c = ROOT / "recipes" / "cartpole-a2c.toml"
     # one recipe and seed: the same initial weights in all three
@@ -183,8 +186,16 @@ def test_a_worker_that_dies_is_restarted_and_the_run_goes_on(ray_instance, tmp_p
     collector.sync_weights()
     first, second = collector.ray_collector.remote_collectors
     ray.kill(first, no_restart=False)  # between rollouts
-    second.cascade_execute.remote("fail_next_rollout")  # in the middle of one
+
+    def kill_during_training():  # the second once training is under way, wherever it is in its rollout
+        while run.iterations < 2:
+            time.sleep(0.001)
+        ray.kill(second, no_restart=False)
+
+    killer = threading.Thread(target=kill_during_training, daemon=True)
+    killer.start()
     summary = run.train()
+    killer.join(timeout=10)
     assert summary["status"] == "finished"
     rows = metrics(run.run_dir)
     assert float(rows[-1]["worker_restarts"]) == 2.0
@@ -228,9 +239,9 @@ def test_the_command_line_run_starts_and_stops_its_own_ray(tmp_path):
     assert summary["status"] == "finished" and summary["frames"] >= 4096
     assert "rlplug:ray" in (out / "recipe.toml").read_text()
     # evaluation needs no workers: the run is rebuilt with the local runner, and `rlplug eval` answers
-    from rlplug.commands.evaluate import rebuild_run
+    from rlplug.run.trainer import Run
 
-    rebuilt, _ = rebuild_run(out / "checkpoint.pt", episodes=1, scratch=tmp_path / "scratch")
+    rebuilt, _ = Run.from_checkpoint(out / "checkpoint.pt", tmp_path / "scratch", changes={"runner": {"use": "local"}})
     assert isinstance(rebuilt.collector, LocalCollector)
     evaluated = run_cli("eval", str(out), "--episodes", "2", timeout=120)
     assert evaluated.returncode == 0 and "return" in evaluated.stdout, evaluated.stderr[-2000:]

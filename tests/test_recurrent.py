@@ -14,9 +14,10 @@ from tensordict import TensorDict
 
 import rlplug
 from conftest import ROOT, run_cli
-from rlplug.collect import Collector, evaluate
+from rlplug.core.collect import Collector
+from rlplug.run.evaluation import evaluate
 from rlplug.plugins.networks import make_gru, make_lstm
-from rlplug.recurrent import RecurrentNetwork
+from rlplug.core.recurrent import RecurrentNetwork
 
 RECIPE = ROOT / "recipes" / "pendulum-ddpg-lstm.toml"
 #: The recipe shrunk to a few hundred frames, small networks and short episodes (several per batch).

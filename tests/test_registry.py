@@ -9,20 +9,16 @@ Registries are loaded fresh with :func:`load_registry` (never the process-wide c
 from __future__ import annotations
 
 import importlib.util
-import itertools
 import json
-import os
 import shutil
-import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 import rlplug
-from conftest import run_cli
-from rlplug.components import Env
+from conftest import rlplug_cli
+from rlplug.registry.components import Env
 from rlplug.errors import ComponentError, PluginError, UserError
 from rlplug.registry import resolve
 from rlplug.registry.manager import load_registry
@@ -89,38 +85,6 @@ BROKEN = {
         ''', "@rlplug.hookimpl"),
 }
 
-_module_ids = itertools.count()
-
-
-@pytest.fixture
-def install(tmp_path, monkeypatch):
-    """``install({entry point name: module source}, dist=..., version=...)``: a fake installed distribution.
-
-    Module names are unique per call, so no test sees another's modules through ``sys.modules``.
-    """
-    modules: list[str] = []
-
-    def install_(plugins: dict[str, str], *, dist: str = "fakepkg", version: str = "1.2.3",
-                 where: Path = tmp_path) -> Path:
-        where.mkdir(parents=True, exist_ok=True)
-        lines = []
-        for entry_name, source in plugins.items():
-            module = f"fake_rlplug_plugin_{next(_module_ids)}"
-            (where / f"{module}.py").write_text(textwrap.dedent(source))
-            lines.append(f"{entry_name} = {module}")
-            modules.append(module)
-        info = where / f"{dist}-{version}.dist-info"
-        info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
-        (info / "entry_points.txt").write_text("[rlplug]\n" + "\n".join(lines) + "\n")
-        monkeypatch.syspath_prepend(str(where))
-        return where
-
-    yield install_
-    for module in modules:
-        sys.modules.pop(module, None)
-
-
 def record(registry, name):
     (found,) = [p for p in registry.plugins if p.name == name]
     return found
@@ -144,7 +108,7 @@ def test_installed_plugin_is_discovered_under_its_entry_point_name(install):
     assert (good.version, good.components, good.error) == ("1.2.3", 1, None)
     assert "fakepkg" in good.source
     # The factory's signature is the schema: a recipe table goes through it, qualified names too.
-    assert resolve(Env, {"use": "good:line-world", "length": 4}, registry=registry).build() == ("line", 4)
+    assert resolve(Env, {"use": "good:line-world", "length": 4}, registry=registry).params == {"length": 4}
     with pytest.raises(UserError, match=">= 2"):
         resolve(Env, {"use": "line-world", "length": 1}, registry=registry)
 
@@ -286,13 +250,6 @@ def test_make_rejects_an_unknown_name():
 # --- the command line, in a subprocess ----------------------------------------------------------------
 
 
-def rlplug_cli(*args: str, path: Path | None = None, **env: str) -> subprocess.CompletedProcess:
-    """``python -m rlplug ARGS`` with ``path`` (a folder of fake distributions) on PYTHONPATH."""
-    if path is not None:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(path), os.environ.get("PYTHONPATH")]))
-    return run_cli(*args, env=env, timeout=60)
-
-
 @pytest.fixture
 def fake_dists(install):
     return install({"good": GOOD, "broken": BROKEN["import-raises"][0]})
@@ -317,7 +274,7 @@ def test_cli_list_json_includes_installed_plugins(fake_dists):
     data = json.loads(result.stdout)
     (line,) = [c for c in data["components"]["env"] if c["name"] == "line-world"]
     assert (line["plugin"], line["version"], line["qualified_name"]) == ("good", "1.2.3", "good:line-world")
-    assert line["parameters"] == [{"name": "length", "type": "int", "default": "3"}]
+    assert line["parameters"] == [{"name": "length", "type": "int", "default": 3}]
     plugins = {p["name"]: p for p in data["plugins"]}
     assert plugins["good"]["error"] is None and plugins["good"]["components"] == 1
     assert plugins["broken"]["error"].startswith("ImportError")
@@ -349,4 +306,4 @@ def test_cli_lists_the_installed_example_plugin():
     (corridor,) = [c for c in components["env"] if c["name"] == "corridor"]
     (estimator,) = [c for c in components["estimator"] if c["name"] == "mc-return"]
     assert corridor["plugin"] == estimator["plugin"] == "example"
-    assert {"name": "length", "type": "int", "default": "5"} in corridor["parameters"]
+    assert {"name": "length", "type": "int", "default": 5} in corridor["parameters"]

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from tensordict import TensorDict
 
 import rlplug
-from rlplug.replay import PrioritizedReplayBuffer, ReplayBuffer
+from rlplug.plugins.replay_buffers.buffers import PrioritizedReplayBuffer, ReplayBuffer
 
 SETTINGS = settings(max_examples=40, deadline=None)
 

@@ -1,4 +1,4 @@
-"""``rlplug.tensordicts.trusted``: the hot paths' TensorDicts, built without re-validation, must be the
+"""``rlplug.core.tensordicts.trusted``: the hot paths' TensorDicts, built without re-validation, must be the
 TensorDicts the checked constructor builds (keys, nesting, values, batch size, device)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tensordict import TensorDict
 
-from rlplug.tensordicts import trusted
+from rlplug.core.tensordicts import trusted
 
 
 @settings(max_examples=30, deadline=None)

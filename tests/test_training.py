@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlplug.training import FlatParameters, make_optimizer, optimiser_step
+from rlplug.core.training import FlatParameters, make_optimizer, optimiser_step
 
 
 def networks(seed: int) -> list[torch.nn.Module]:
@@ -75,7 +75,7 @@ def test_a_non_finite_gradient_norm_touches_no_parameter():
 def test_the_nan_check_reads_every_parameter_once_per_storage(sizes, flat, poisoned, poison):
     """After every update the trainer checks the parameters by storage: a flat set is one tensor, and a NaN
     anywhere in any parameter is still seen."""
-    from rlplug.training import all_finite, storages_of
+    from rlplug.core.training import all_finite, storages_of
 
     parameters = [torch.nn.Parameter(torch.randn(size)) for size in sizes]
     if flat:
@@ -97,7 +97,7 @@ def test_compute_threads_set_torch_and_numpy_blas_alike():
     """The numpy networks run on numpy's BLAS, whose threads would otherwise spin on every core."""
     from threadpoolctl import threadpool_info, threadpool_limits
 
-    from rlplug.training import set_compute_threads
+    from rlplug.core.process import set_compute_threads
 
     before = torch.get_num_threads()
     with threadpool_limits():  # restores the BLAS thread counts afterwards

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rlplug.components import COMPONENT_TYPES, Component
+from rlplug.registry.components import COMPONENT_TYPES, Component
 from rlplug.errors import UserError
-from rlplug.suggest import a
+from rlplug.errors import a
 from rlplug.registry.manager import get_registry
-from rlplug.registry.params import validate
+from rlplug.registry.schema import validate
 from rlplug.registry.registry import ComponentSpec, Registry, kind_of
 
 __all__ = ["ComponentSpec", "Registry", "get_registry", "kind_of", "resolve", "make"]
@@ -44,7 +44,7 @@ def make(kind: str, name: str, **params: Any) -> Any:
 
     Context names (``observation_spec``, ``role``, ...) may be passed too; they go to the factory as context.
     """
-    from rlplug.registry.params import CONTEXT_NAMES
+    from rlplug.registry.schema import CONTEXT_NAMES
 
     component_type = COMPONENT_TYPES[kind_of(kind)]
     context = {k: params.pop(k) for k in list(params) if k in CONTEXT_NAMES}

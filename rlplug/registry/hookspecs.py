@@ -1,9 +1,11 @@
 """The hooks a plugin implements: one per kind of component, each handed a ``register`` callback.
 
-``register(name, factory, *, summary=None, aliases=())`` adds one component. ``factory`` is called
-with the recipe table's keys (all but ``use``) as keyword arguments; its signature and annotations are
-the component's parameter schema (see :mod:`rlplug.registry.params`). Parameters named after
-:data:`~rlplug.registry.params.CONTEXT_NAMES` are filled in by rlplug, not by the recipe.
+``register(name, factory, *, summary=None, aliases=())`` adds one component. ``factory`` is called with the
+recipe table's keys (all but ``use``) as keyword arguments; its signature and annotations are the component's
+parameter schema (see :mod:`rlplug.registry.schema`), checked when the plugin registers. Parameters named
+after context names (:data:`CONTEXT`, described in :data:`rlplug.registry.schema.CONTEXT_NAMES`) are filled in
+by rlplug, not by the recipe. What a factory returns must follow its kind's protocol
+(:mod:`rlplug.registry.protocols`), checked when it is built.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ hookimpl = pluggy.HookimplMarker("rlplug")
 
 @hookspec
 def rlplug_register_envs(register):
-    """Register env factories; each returns a ``torchrl.envs.EnvBase``, batched or not.
+    """Register env factories; each returns a ``torchrl.envs.EnvBase``, batched or not
+    (:class:`~rlplug.registry.protocols.Env`: optionally running statistics and an array step).
 
-    Context an env factory may ask for: ``device``.
+    Context: ``device``.
     """
 
 
@@ -26,13 +29,15 @@ def rlplug_register_envs(register):
 def rlplug_register_algorithms(register):
     """Register algorithm factories; each returns an object with ``policy`` (a TensorDictModule that
     writes ``action``), ``frames_per_batch``, ``update(batch) -> dict[str, float]``, ``state_dict()`` and
-    ``load_state_dict()`` (plain tensors and numbers: checkpoints load with ``weights_only=True``).
+    ``load_state_dict()`` (plain tensors and numbers: checkpoints load with ``weights_only=True``)
+    (:class:`~rlplug.registry.protocols.Algorithm`).
 
     Optional: ``parameters`` (the list checked for NaN after each update; default: the policy's);
-    ``asynchronous = True`` when it learns from experience collected with older weights (IMPALA: the ``ray``
-    runner then hands it rollouts first come, first served); and, for the ``ray`` runner's gradient workers,
-    pytorchrl's protocol: ``get_weights()``, ``set_weights(weights)``, ``compute_gradients(minibatch, ...)``,
-    ``apply_gradients(gradients)`` (the on-policy family's are in :class:`rlplug.algorithms.onpolicy.OnPolicy`).
+    ``networks()`` (by name, for loggers that record weights); ``asynchronous = True`` when it learns from
+    experience collected with older weights (IMPALA: the ``ray`` runner then hands it rollouts first come,
+    first served); and, for the ``ray`` runner's gradient workers, pytorchrl's protocol: ``get_weights()``,
+    ``set_weights(weights)``, ``compute_gradients(minibatch, ...)``, ``apply_gradients(gradients)`` (the
+    on-policy family's are in :class:`rlplug.plugins.algorithms.onpolicy.base.OnPolicy`).
 
     Context: ``observation_spec``, ``action_spec``, ``device``, ``seed``, ``total_frames``, ``run_dir``.
     """
@@ -40,31 +45,34 @@ def rlplug_register_algorithms(register):
 
 @hookspec
 def rlplug_register_estimators(register):
-    """Register advantage / value-target estimator factories; each returns a TensorDict module.
+    """Register advantage / value-target estimator factories; each returns a TensorDict module
+    (:class:`~rlplug.registry.protocols.Estimator`).
 
     It reads ``state_value``, ``("next", "state_value")``, ``("next", "reward")``, ``("next", "done")``
     and ``("next", "terminated")`` from a TensorDict shaped ``[*batch, time]`` (values ``[*batch, time,
     1]``) and writes ``advantage`` and/or ``value_target``. ``done`` cuts the lambda trace; only
     ``terminated`` drops the bootstrap value.
+
+    Context: none (the built-in algorithms build estimators without context).
     """
 
 
 @hookspec
 def rlplug_register_loggers(register):
     """Register logger factories; each returns an object with ``log(metrics, frames)`` and
-    ``close(summary)``.
+    ``close(summary)``, and optionally ``log_video(path, frames)`` (:class:`~rlplug.registry.protocols.Logger`).
 
-    Context: ``run_dir``, ``total_frames``.
+    Context: ``run_dir``, ``total_frames``, ``frames``, ``networks``.
     """
 
 
 @hookspec
 def rlplug_register_networks(register):
-    """Register network factories; each returns a TensorDictModule for the requested ``role``.
+    """Register network factories; each returns a TensorDictModule for the requested ``role``
+    (:class:`~rlplug.registry.protocols.Network`): 'policy', 'value', 'q_value', 'q_values' or
+    'deterministic_policy'. :mod:`rlplug.networks` has the heads that turn a plain torch module into one.
 
-    Context: ``observation_spec``, ``action_spec``, ``role`` ('policy', 'value', 'q_value', 'q_values' or
-    'deterministic_policy'),
-    ``device``. :mod:`rlplug.networks` has the heads that turn a plain torch module into one.
+    Context: ``observation_spec``, ``action_spec``, ``role``, ``device``.
     """
 
 
@@ -73,9 +81,10 @@ def rlplug_register_replay_buffers(register):
     """Register replay buffer factories; each returns an object with ``extend(batch)`` (a TensorDict of
     transitions, any batch shape: flattened), ``sample(batch_size) -> TensorDict``, ``__len__``,
     ``state_dict()`` / ``load_state_dict()`` (plain tensors and numbers), and, for prioritised buffers,
-    ``update_priority(index, priority)`` with the ``index`` key of a sample (which then also holds ``weight``).
+    ``update_priority(index, priority)`` with the ``index`` key of a sample (which then also holds ``weight``)
+    (:class:`~rlplug.registry.protocols.ReplayBuffer`).
 
-    Context: ``device``, ``run_dir``, ``seed``.
+    Context: ``device``, ``seed``, ``run_dir``, ``total_frames``.
     """
 
 
@@ -83,7 +92,8 @@ def rlplug_register_replay_buffers(register):
 def rlplug_register_noises(register):
     """Register exploration noise factories; each returns a TensorDict module that adds noise to ``action``
     while the exploration type is random (not in deterministic evaluation) and keeps the action within
-    the spec, with ``step(frames)`` advancing its schedule and ``state_dict()`` / ``load_state_dict()``.
+    the spec, with ``step(frames)`` advancing its schedule and ``state_dict()`` / ``load_state_dict()``
+    (:class:`~rlplug.registry.protocols.Noise`).
 
     Context: ``action_spec``, ``device``, ``total_frames``.
     """
@@ -93,7 +103,7 @@ def rlplug_register_noises(register):
 def rlplug_register_preprocessors(register):
     """Register preprocessor factories (observation scalers and the like); each returns an ``nn.Module``
     mapping a tensor to a tensor, updating its statistics only in ``train()`` mode, with its statistics in
-    ``state_dict()``.
+    ``state_dict()`` (:class:`~rlplug.registry.protocols.Preprocessor`).
 
     Context: ``observation_spec``, ``device``.
     """
@@ -103,9 +113,10 @@ def rlplug_register_preprocessors(register):
 def rlplug_register_runners(register):
     """Register runner factories: how a run collects its experience, in this process (``local``) or on
     workers elsewhere (``ray``). A runner's ``collector(env, policy, frames_per_batch, seed, *, recipe,
-    algorithm)`` returns an object with ``collect() -> TensorDict`` (``[envs, time]``, TorchRL's layout), ``tracker`` (episode
-    returns), ``restart(seed)``, ``sync_weights()`` (after each update) and ``shutdown()``; ``recipe`` is
-    there for workers that build their own envs, ``algorithm`` for what they need to know of it.
+    algorithm)`` returns an object with ``collect() -> TensorDict`` (``[envs, time]``, TorchRL's layout),
+    ``tracker`` (episode returns), ``restart(seed)``, ``sync_weights()`` (after each update) and
+    ``shutdown()``; ``recipe`` is there for workers that build their own envs, ``algorithm`` for what they
+    need to know of it (:class:`~rlplug.registry.protocols.Runner`, :class:`~rlplug.registry.protocols.Collector`).
 
     Optional on the collector: ``metrics() -> dict`` (logged with each update: policy lag, restarts...),
     ``statistics()`` / ``load_statistics(state)`` (the envs' running normalisation, for checkpoints) and
@@ -126,4 +137,17 @@ HOOKS = {
     "noise": "rlplug_register_noises",
     "preprocessor": "rlplug_register_preprocessors",
     "runner": "rlplug_register_runners",
+}
+
+#: kind name -> the context names the built-in run gives its factories (each hookspec's "Context:" line).
+CONTEXT = {
+    "env": ("device",),
+    "algorithm": ("observation_spec", "action_spec", "device", "seed", "total_frames", "run_dir"),
+    "estimator": (),
+    "logger": ("run_dir", "total_frames", "frames", "networks"),
+    "network": ("observation_spec", "action_spec", "role", "device"),
+    "replay_buffer": ("device", "seed", "run_dir", "total_frames"),
+    "noise": ("action_spec", "device", "total_frames"),
+    "preprocessor": ("observation_spec", "device"),
+    "runner": ("device", "seed"),
 }

@@ -22,7 +22,8 @@ from rlplug.errors import PluginError
 from rlplug.registry import hookspecs
 from rlplug.registry.hookspecs import HOOKS
 from rlplug.registry.registry import ComponentSpec, PluginRecord, Registry
-from rlplug.suggest import did_you_mean
+from rlplug.registry.schema import SchemaError
+from rlplug.errors import did_you_mean
 
 ENTRY_POINT_GROUP = "rlplug"
 BUILTIN_PLUGIN = "rlplug"
@@ -35,7 +36,7 @@ BUILTIN_MODULES = (
     "rlplug.plugins.replay_buffers",
     "rlplug.plugins.noises",
     "rlplug.plugins.preprocessors",
-    "rlplug.plugins.distributed",
+    "rlplug.plugins.runners",
 )
 
 _cache: dict[bool, Registry] = {}
@@ -130,13 +131,17 @@ def _register_callback(kind: str, record: PluginRecord, staged: list[ComponentSp
     def register(name: str, factory: Callable, *, summary: str | None = None, aliases=()) -> None:
         if not isinstance(name, str) or not name or ":" in name:
             raise PluginError(f"{kind} name must be a non-empty string without ':', got {name!r}")
+        record.names.append((kind, name))  # what the plugin would have provided, should it fail from here on
         if not callable(factory):
             raise PluginError(f"{kind} '{name}': factory must be callable, got {type(factory).__name__}")
         if any(s.name == name for s in staged if s.kind == kind):
             raise PluginError(f"{kind} '{name}' registered twice by the same plugin")
         spec = ComponentSpec(kind, name, factory, record.name, record.version,
                              summary or _first_line(inspect.getdoc(factory)), tuple(aliases))
-        spec.schema  # read the signature now, so a factory whose annotations cannot be read fails its plugin
+        try:  # the signature read and its defaults checked now: a plugin's schema mistake fails the plugin
+            spec.schema.check_defaults(f"{kind} '{name}'")
+        except SchemaError as error:
+            raise PluginError(f"{kind} '{name}': {error.message}") from None
         staged.append(spec)
 
     return register

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
 from rlplug.errors import ComponentError
 from rlplug.registry.hookspecs import HOOKS
-from rlplug.registry.params import Schema
-from rlplug.suggest import a, did_you_mean
+from rlplug.registry.schema import Schema
+from rlplug.errors import a, did_you_mean
 
 KINDS = tuple(HOOKS)
 
@@ -52,6 +53,8 @@ class PluginRecord:
     source: str
     error: str | None = None
     components: int = 0
+    #: ``(kind, name)`` of each component it registered or began to register, also when it then failed
+    names: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -66,6 +69,12 @@ class Registry:
 
     def failures(self) -> list[PluginRecord]:
         return [p for p in self.plugins if p.error]
+
+    def report_failures(self) -> None:
+        """One warning line on stderr for each plugin that was skipped."""
+        for plugin in self.failures():
+            print(f"rlplug: warning: plugin '{plugin.name}' ({plugin.source}) was skipped: {plugin.error}",
+                  file=sys.stderr)
 
     def lookup(self, kind: str, name: str) -> ComponentSpec:
         """The one component ``name`` (bare, alias or ``plugin:name``) denotes in ``kind``."""
@@ -85,9 +94,9 @@ class Registry:
         elsewhere = [k for k in KINDS if k != kind and any(bare == s.name or bare in s.aliases for s in self.specs[k])]
         if elsewhere:
             return f"'{name}' is {a(elsewhere[0])}, not {a(kind)}; {kind}s: {', '.join(self.names(kind)) or 'none'}"
-        failed = [p for p in self.failures() if p.name == plugin]
+        failed = [p for p in self.failures() if p.name == plugin or (not plugin and (kind, bare) in p.names)]
         if failed:
-            return f"'{name}' needs plugin '{plugin}', which failed to load: {failed[0].error}"
+            return f"'{name}' needs plugin '{failed[0].name}', which failed to load: {failed[0].error}"
         known = self.names(kind) + [s.qualified_name for s in self.specs[kind]]
         message = f"unknown {kind} '{name}'{did_you_mean(name, known)}; {kind}s: {', '.join(self.names(kind)) or 'none'}"
         if self.failures():

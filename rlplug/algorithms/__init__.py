@@ -1,1 +1,0 @@
-"""Algorithm implementations; the plugin module :mod:`rlplug.plugins.algorithms` registers them."""

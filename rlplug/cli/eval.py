@@ -1,0 +1,171 @@
+"""``python -m rlplug eval RUN_DIR``: a run's checkpoint evaluated again, and optionally filmed.
+
+The run is rebuilt from its checkpoint exactly as :meth:`rlplug.Agent.load` and ``rlplug resume`` rebuild it
+(:meth:`rlplug.run.trainer.Run.from_checkpoint`: the checkpoint's own resolved recipe, its parameters and its
+env's normalisation statistics), but into a scratch directory: nothing is written into ``RUN_DIR``, which may be read-only. Evaluation is what the run's
+own evaluations do: the deterministic policy on a separate env whose normalisation statistics are the
+training env's, frozen, from the same start states (``--seed``, by default the run's seed + 10,000).
+
+``--video OUT.mp4`` films episodes on one more env (:mod:`rlplug.run.video`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from rlplug.errors import UserError
+
+#: The offset of evaluation seeds from the run's seed (what :meth:`rlplug.run.trainer.Run.evaluate` uses).
+EVAL_SEED_OFFSET = 10_000
+#: Containers ``--video`` writes (through ffmpeg, H.264).
+VIDEO_SUFFIXES = (".mp4",)
+#: At most this many returns are listed one by one.
+LISTED_RETURNS = 30
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of at least 1, got {value}")
+    return value
+
+
+def seed_value(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 0 <= value < 2**31:
+        raise argparse.ArgumentTypeError(f"expected a seed from 0 to 2**31 - 1, got {value}")
+    return value
+
+
+def add_commands(subparsers) -> None:
+    """Adds ``eval``."""
+    parser = subparsers.add_parser(
+        "eval", help="evaluate a run's checkpoint (deterministic policy) without touching the run; --video films it",
+        description="Evaluate a run's checkpoint with the deterministic policy and the env's normalisation "
+                    "statistics frozen, as the run's own evaluations do. Nothing is written into RUN_DIR.")
+    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run directory")
+    parser.add_argument("--episodes", type=positive_int, metavar="N",
+                        help="episodes to evaluate (default: the recipe's eval.episodes)")
+    parser.add_argument("--checkpoint", type=Path, metavar="FILE",
+                        help="checkpoint to evaluate (default: RUN_DIR/checkpoint.pt; a relative path is also "
+                             "looked for inside RUN_DIR, e.g. checkpoints/frames-000000050000.pt)")
+    parser.add_argument("--seed", type=seed_value, metavar="S",
+                        help=f"seed of the first episode's start state, S + i for the i-th (default: the run's "
+                             f"seed + {EVAL_SEED_OFFSET}, the start states of the run's own evaluations)")
+    parser.add_argument("--video", type=Path, metavar="OUT.mp4",
+                        help="also film episodes with gymnasium's rgb_array rendering into this mp4 file")
+    parser.add_argument("--video-episodes", type=positive_int, default=1, metavar="K",
+                        help="episodes in the video (default: 1), from the same start states as the first K "
+                             "evaluation episodes")
+    parser.set_defaults(handler=cmd_eval)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    run_dir: Path = args.run_dir
+    if not run_dir.is_dir():
+        what = "no such directory" if not run_dir.exists() else "not a directory"
+        raise UserError(f"{run_dir}: {what}; eval takes the directory of a run (the --out of rlplug run)")
+    checkpoint = find_checkpoint(run_dir, args.checkpoint)
+    video = check_video_path(args.video) if args.video is not None else None
+
+    import tempfile
+
+    import numpy as np
+
+    from rlplug.core.envs import env_statistics
+    from rlplug.run.evaluation import evaluate
+    from rlplug.run.trainer import Run
+    from rlplug.run.video import env_name, open_video_env, record_video
+
+    with tempfile.TemporaryDirectory(prefix="rlplug-eval-") as scratch:
+        # evaluation steps one env here: a run trained on Ray needs no workers
+        changes = {"runner": {"use": "local"}, **({"eval": {"episodes": args.episodes}} if args.episodes else {})}
+        run, state = Run.from_checkpoint(checkpoint, Path(scratch) / "run", changes=changes)
+        recipe = run.recipe
+        episodes = recipe.eval.episodes
+        seed = args.seed if args.seed is not None else recipe.run.seed + EVAL_SEED_OFFSET
+        statistics = env_statistics(run.env)
+        if statistics:  # exactly Run.evaluate: the training env's statistics, frozen
+            run.eval_env.load_statistics(statistics)
+            run.eval_env.set_training(False)
+        what = env_name(recipe)
+        # The video env first: a run that cannot be filmed is refused before anything is evaluated.
+        video_env = open_video_env(recipe, statistics) if video is not None else None
+        try:
+            with activity(f"evaluating {episodes} episode{'s' * (episodes != 1)} of {what}"):
+                returns = np.asarray(evaluate(run.eval_env, run.algorithm.policy, episodes, seed=seed), dtype=float)
+            print(f"checkpoint: {checkpoint} (frame {state.get('frames', '?')})")
+            seeds = f"start seeds {seed}..{seed + episodes - 1}" if episodes > 1 else f"start seed {seed}"
+            print(f"episodes: {len(returns)} of {what}, deterministic policy, {seeds}"
+                  + (", normalisation statistics frozen" if statistics else ""))
+            print(f"return: mean {returns.mean():.6g}, std {returns.std():.4g}, min {returns.min():.6g}, "
+                  f"max {returns.max():.6g}")
+            shown = " ".join(f"{r:.6g}" for r in returns[:LISTED_RETURNS])
+            print(f"returns: {shown}{' ...' if len(returns) > LISTED_RETURNS else ''}", flush=True)
+            if video_env is not None:
+                frames, video_returns = record_video(video_env, run.algorithm.policy, video, env_id=what,
+                                                     episodes=args.video_episodes, seed=seed)
+                many = "s" * (len(video_returns) != 1)
+                listed = " ".join(f"{r:.6g}" for r in video_returns)
+                print(f"video: {video} ({len(video_returns)} episode{many}, {frames} frames, return{many} {listed})")
+        finally:
+            if video_env is not None:
+                video_env.close()
+    return 0
+
+
+def find_checkpoint(run_dir: Path, given: Path | None) -> Path:
+    """The checkpoint file to evaluate: ``given`` as typed, or inside ``run_dir``; default ``checkpoint.pt``."""
+    if given is None:
+        checkpoint = run_dir / "checkpoint.pt"
+        if not checkpoint.is_file():
+            raise UserError(f"{run_dir}: no checkpoint.pt in it; eval takes the directory of a run that wrote a "
+                            "checkpoint (or name one with --checkpoint)")
+        return checkpoint
+    candidates = [given] if given.is_absolute() else [given, run_dir / given]
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate
+    where = " (nor inside the run directory)" if not given.is_absolute() else ""
+    raise UserError(f"--checkpoint {given}: no such file{where}; the run's checkpoints are {run_dir}/checkpoint.pt "
+                    f"and {run_dir}/checkpoints/frames-N.pt")
+
+
+def check_video_path(path: Path) -> Path:
+    if path.suffix.lower() not in VIDEO_SUFFIXES:
+        raise UserError(f"--video {path}: the file must end in {' or '.join(VIDEO_SUFFIXES)}")
+    if path.is_dir():
+        raise UserError(f"--video {path}: is a directory; name the video file")
+    parent = path.parent if str(path.parent) else Path(".")
+    existing = next((p for p in [parent, *parent.parents] if p.exists()), Path("."))
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"--video {path}: cannot write to {existing}")
+    return path
+
+
+class activity:
+    """A transient spinner with ``text`` on a terminal; nothing when the output is piped (the result follows)."""
+
+    def __init__(self, text: str):
+        self.text, self.status = text, None
+
+    def __enter__(self):
+        if sys.stdout.isatty():
+            from rich.console import Console
+
+            self.status = Console(highlight=False).status(self.text)
+            self.status.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self.status is not None:
+            self.status.stop()

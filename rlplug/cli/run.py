@@ -1,0 +1,189 @@
+"""``rlplug run RECIPE`` (one run, or one per seed with ``--seeds``) and ``rlplug resume RUN_DIR``."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import signal
+import sys
+from pathlib import Path
+
+from rlplug.errors import UserError
+
+
+def add_commands(subparsers) -> None:
+    """Adds ``run`` and ``resume``."""
+    run = subparsers.add_parser("run", help="train from a recipe")
+    run.add_argument("recipe", type=Path, help="the recipe TOML file")
+    run.add_argument("--out", type=Path, help="run directory (default: a fresh one under runs/)")
+    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a recipe value, e.g. --set algorithm.lr=3e-4 (repeatable)")
+    run.add_argument("--seeds", metavar="SEEDS", help="one run per seed, e.g. 0-4 or 1,3,7, under --out/seed-N, "
+                     "then the aggregate (mean, std, interquartile mean) and one plot")
+    run.set_defaults(handler=cmd_run)
+
+    resume = subparsers.add_parser("resume", help="continue a run from its latest checkpoint")
+    resume.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run directory")
+    resume.set_defaults(handler=cmd_resume)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from rlplug import recipe as recipes
+    from rlplug.registry import get_registry
+
+    get_registry().report_failures()
+    if args.seeds is not None:
+        return run_seeds(args)
+    recipe = recipes.load(args.recipe, args.overrides)
+    with long_lived_objects():
+        with hidden_from_torchrl(packages_torchrl_need_not_load(recipe)):
+            from rlplug.run.directory import default_run_dir
+            from rlplug.run.trainer import Run  # heavy imports only once the recipe is known to be good
+
+        run_dir = args.out or default_run_dir(args.recipe)
+        try:
+            run = Run.build(recipe, run_dir)
+        except UserError as error:
+            raise error.located(file=str(args.recipe)) from None
+    return train_until_done_or_stopped(run)
+
+
+@contextlib.contextmanager
+def long_lived_objects():
+    """Importing torch, tensordict and TorchRL and building a run make millions of objects that live as long
+    as the process. Python's cyclic garbage collector would scan them again and again: about 0.7 s of
+    collections during the imports and about 1 s more at interpreter exit (BENCHMARKS.md). Collection is
+    paused while they are made, then they are frozen (``gc.freeze``: left out of every later collection;
+    reference counting still frees whatever of them is dropped)."""
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        gc.enable()
+
+
+def packages_torchrl_need_not_load(recipe) -> list[str]:
+    """Optional packages TorchRL imports at its own import whenever they are installed, which this run never
+    reaches through TorchRL: Ray (TorchRL's Ray replay buffer; about 0.4 s and 40 MiB) unless the runner is
+    Ray's, and MuJoCo (probed for TorchRL's own MuJoCo envs; about 0.2 s) always. Only for recipes of
+    rlplug's own components: a plugin's might use those parts of TorchRL. (A gymnasium MuJoCo env imports
+    MuJoCo itself, after TorchRL is loaded.)"""
+    if not all(component.spec.qualified_name.startswith("rlplug:") for _, component in recipe.components()):
+        return []
+    return ["mujoco"] + (["ray"] if recipe.runner.spec.qualified_name == "rlplug:local" else [])
+
+
+@contextlib.contextmanager
+def hidden_from_torchrl(packages: list[str]):
+    """While TorchRL is imported, ``import`` of each of ``packages`` fails and ``find_spec`` says it is
+    absent, as TorchRL expects on a machine without it (BENCHMARKS.md: start-up); afterwards they import as
+    usual, though the TorchRL parts that wanted them stay off in this process."""
+    hidden = [name for name in packages if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # the import system's mark for "not importable"
+    try:
+        yield
+    finally:
+        for name in hidden:
+            if sys.modules.get(name, "") is None:
+                del sys.modules[name]
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``0-4`` -> 0..4, ``1,3,7`` -> those, ``5`` -> 5."""
+    seeds: list[int] = []
+    try:
+        for part in text.split(","):
+            low, _, high = part.strip().partition("-")
+            seeds.extend(range(int(low), int(high or low) + 1))
+    except ValueError:
+        raise UserError(f"--seeds {text!r}: expected seeds like 0-4 or 1,3,7") from None
+    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise UserError(f"--seeds {text!r}: expected distinct non-negative seeds like 0-4 or 1,3,7")
+    return seeds
+
+
+def run_seeds(args: argparse.Namespace) -> int:
+    """One run per seed, one after another, under one directory; then the aggregate and one plot."""
+    from rlplug import recipe as recipes
+
+    seeds = parse_seeds(args.seeds)
+    if any(o.strip().startswith("run.seed") for o in args.overrides):
+        raise UserError("--seeds and --set run.seed both choose seeds; give one of them")
+    recipe_by_seed = {seed: recipes.load(args.recipe, [*args.overrides, f"run.seed={seed}"]) for seed in seeds}
+    from rlplug.run.directory import check_run_dir, default_run_dir
+    from rlplug.run.trainer import Run
+
+    out = args.out or default_run_dir(args.recipe)
+    check_run_dir(out)
+    summaries = {}
+    for seed, recipe in recipe_by_seed.items():
+        print(f"seed {seed} ({len(summaries) + 1} of {len(seeds)})", flush=True)
+        run = Run.build(recipe, out / f"seed-{seed}")
+        status = train_until_done_or_stopped(run)
+        if status:
+            return status
+        summaries[seed] = json.loads((run.run_dir / "summary.json").read_text())
+    aggregate = aggregate_returns({seed: s["eval_return_mean"] for seed, s in summaries.items()})
+    (out / "aggregate.json").write_text(json.dumps(aggregate, indent=2) + "\n")
+    from rlplug.cli.plot import plot_runs
+
+    try:
+        curves = f", curves in {plot_runs([out / f'seed-{seed}' for seed in seeds], out / 'curve.png')}"
+    except UserError as error:  # runs too short to have finished an episode: the numbers still stand
+        curves = f" (no plot: {error})"
+    print(f"eval return over {len(seeds)} seeds: mean {aggregate['mean']:.4g}, std {aggregate['std']:.4g}, "
+          f"interquartile mean {aggregate['iqm']:.4g}; per seed in {out / 'aggregate.json'}{curves}")
+    return 0
+
+
+def aggregate_returns(returns: dict[int, float]) -> dict:
+    """Mean, standard deviation and interquartile mean (the middle half, rliable's IQM) of final returns."""
+    import numpy as np
+
+    values = np.sort(np.array(list(returns.values()), dtype=float))
+    cut = int(0.25 * len(values))
+    return {"seeds": {str(k): v for k, v in returns.items()}, "mean": float(values.mean()),
+            "std": float(values.std()), "iqm": float(values[cut:len(values) - cut].mean())}
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    with long_lived_objects():
+        from rlplug.run.trainer import Run
+
+        run = Run.resume(args.run_dir)
+    if run.frames >= run.recipe.run.total_frames:
+        print(f"{args.run_dir}: already trained for its {run.recipe.run.total_frames} frames; nothing to do")
+        return 0
+    print(f"resuming {args.run_dir} at frame {run.frames} of {run.recipe.run.total_frames}", flush=True)
+    return train_until_done_or_stopped(run)
+
+
+#: Exit statuses after a stop by signal, as shells report them.
+SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}
+
+
+def train_until_done_or_stopped(run) -> int:
+    """Train; SIGINT or SIGTERM stop it after the current iteration with a checkpoint (a second one at once)."""
+    def stop(signum, frame):
+        name = signal.Signals(signum).name
+        if run.stop_reason is not None:
+            raise KeyboardInterrupt
+        run.request_stop(name)
+        print(f"rlplug: {name}: stopping after this iteration and writing a checkpoint "
+              f"(send it again to stop at once)", file=sys.stderr, flush=True)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        summary = run.train()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print(f"run directory: {run.run_dir}")
+    if summary["status"] == "interrupted":
+        print(f"stopped at frame {run.frames}; continue with: python -m rlplug resume {run.run_dir}", file=sys.stderr)
+        return SIGNAL_EXIT.get(summary.get("signal"), 1)
+    return 0

@@ -1,0 +1,261 @@
+"""Tensor-level views of TorchRL policy and value modules, for the hot loops.
+
+A TorchRL ``ProbabilisticActor`` is a parameter module followed by a distribution module; calling it on a
+TensorDict costs about ten times what the arithmetic does for small networks (measured in BENCHMARKS.md).
+The views here call the same modules and the same distribution class directly on tensors, so collection
+and the loss pay only for the arithmetic. Nothing is copied: the view shares the module's parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from tensordict import TensorDict
+from tensordict.nn import ProbabilisticTensorDictModule, TensorDictModule, TensorDictModuleBase, TensorDictSequential
+from torch.distributions import Categorical, Distribution, OneHotCategorical
+from torchrl.modules import OneHotCategorical as TorchRLOneHotCategorical
+
+from rlplug.core.numpy_mlp import NumpyMLP
+from rlplug.registry import protocols
+from rlplug.registry.protocols import capability
+
+CATEGORICALS = (Categorical, OneHotCategorical)
+#: Categoricals whose samples are one-hot vectors (TorchRL's derives from the index-valued ``Categorical``).
+ONE_HOT = (OneHotCategorical, TorchRLOneHotCategorical)
+
+
+@dataclass
+class ActorView:
+    """An actor's distribution as a function of its one observation tensor."""
+
+    params_module: torch.nn.Module
+    observation_key: str
+    param_keys: tuple[str, ...]
+    distribution_class: type
+    distribution_kwargs: dict
+    action_key: str
+    log_prob_key: str
+    #: ``params_module`` as a function of the observation, computed in numpy where it can be (:mod:`rlplug.core.numpy_mlp`)
+    compute_params: Callable[[torch.Tensor], torch.Tensor | tuple[torch.Tensor, ...]] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.compute_params = NumpyMLP.of(self.params_module)
+
+    @classmethod
+    def of(cls, actor: TensorDictModuleBase) -> "ActorView":
+        """The view of ``actor``, or ``TypeError`` saying what shape of actor is supported."""
+        modules = list(getattr(actor, "module", []))
+        if (len(modules) != 2 or not isinstance(modules[0], TensorDictModule)
+                or not isinstance(modules[1], ProbabilisticTensorDictModule) or len(modules[0].in_keys) != 1):
+            raise TypeError("the policy must be a TorchRL ProbabilisticActor of one parameter module reading one "
+                            "observation, then a distribution (what rlplug.core.heads.wrap builds)")
+        params, probabilistic = modules
+        return cls(
+            params_module=params.module, observation_key=params.in_keys[0],
+            param_keys=tuple(k[-1] if isinstance(k, tuple) else k for k in probabilistic.dist_keys),
+            distribution_class=probabilistic.distribution_class,
+            distribution_kwargs=dict(probabilistic.distribution_kwargs or {}),
+            action_key=probabilistic.out_keys[0], log_prob_key=probabilistic.log_prob_key,
+        )
+
+    @property
+    def categorical(self) -> bool:
+        """Whether the head is a categorical over logits, which :meth:`act` and :meth:`evaluate` compute
+        directly from the logits (the same numbers as the distribution's, at a quarter of the cost)."""
+        return self.param_keys == ("logits",) and issubclass(self.distribution_class, CATEGORICALS)
+
+    def distribution(self, observation: torch.Tensor) -> Distribution:
+        params = self.compute_params(observation)
+        params = params if isinstance(params, tuple) else (params,)
+        return self.distribution_class(**dict(zip(self.param_keys, params)), **self.distribution_kwargs)
+
+    def act(self, observation: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """An action and its log-probability (the mode's, when deterministic)."""
+        if self.categorical:
+            log_probs = self.compute_params(observation).log_softmax(-1)
+            if deterministic:
+                index = log_probs.argmax(-1, keepdim=True)
+            else:
+                index = torch.multinomial(log_probs.exp().reshape(-1, log_probs.shape[-1]), 1)
+                index = index.reshape(*log_probs.shape[:-1], 1)
+            return self._action_from_index(index, log_probs.shape[-1]), log_probs.gather(-1, index).squeeze(-1)
+        dist = self.distribution(observation)
+        action = deterministic_sample(dist) if deterministic else dist.sample()
+        return action, dist.log_prob(action)
+
+    def evaluate(self, observation: torch.Tensor, action: torch.Tensor,
+                 with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probability of ``action`` (differentiable), and the entropy when asked for."""
+        if self.categorical:
+            log_probs = self.compute_params(observation).log_softmax(-1)
+            index = action.argmax(-1, keepdim=True) if self.one_hot else action.unsqueeze(-1)
+            log_prob = log_probs.gather(-1, index).squeeze(-1)
+            return log_prob, (-(log_probs.exp() * log_probs).sum(-1) if with_entropy else None)
+        dist = self.distribution(observation)
+        return dist.log_prob(action), (entropy(dist) if with_entropy else None)
+
+    @property
+    def one_hot(self) -> bool:
+        """Whether actions are one-hot vectors (TorchRL's layout for gymnasium's Discrete spaces)."""
+        return issubclass(self.distribution_class, ONE_HOT)
+
+    def _action_from_index(self, index: torch.Tensor, choices: int) -> torch.Tensor:
+        if self.one_hot:
+            return torch.nn.functional.one_hot(index.squeeze(-1), choices)
+        return index.squeeze(-1)
+
+
+def deterministic_sample(dist: Distribution) -> torch.Tensor:
+    sample = getattr(dist, "deterministic_sample", None)
+    return sample if sample is not None else dist.mode
+
+
+def entropy(dist: Distribution) -> torch.Tensor:
+    """The exact entropy where the distribution has one, else a one-sample estimate (tanh-squashed Gaussians)."""
+    try:
+        return dist.entropy()
+    except NotImplementedError:
+        return -dist.log_prob(dist.rsample())
+
+
+def value_function(critic: TensorDictModuleBase, observation_key: str):
+    """``observation -> value`` for a critic: its own module when it is a plain one-input TensorDictModule."""
+    if isinstance(critic, TensorDictModule) and list(critic.in_keys) == [observation_key]:
+        return NumpyMLP.of(critic.module)
+    out_key = critic.out_keys[0]
+
+    def through_tensordict(observation: torch.Tensor) -> torch.Tensor:
+        data = TensorDict({observation_key: observation}, batch_size=observation.shape[:-1])
+        return critic(data).get(out_key)
+
+    return through_tensordict
+
+
+def tensor_function(network: TensorDictModuleBase, in_keys: list) -> Callable[..., torch.Tensor]:
+    """``network`` as a function of tensors (in ``in_keys`` order) returning its first output: its own torch
+    module when it is a plain TensorDictModule reading exactly those keys, otherwise through a TensorDict."""
+    if isinstance(network, TensorDictModule) and list(network.in_keys) == list(in_keys) \
+            and not isinstance(network, TensorDictSequential):
+        return network.module
+    out_key = network.out_keys[0]
+
+    def through_tensordict(*tensors: torch.Tensor) -> torch.Tensor:
+        data = TensorDict(dict(zip(in_keys, tensors)), batch_size=tensors[0].shape[:-1])
+        return network(data).get(out_key)
+
+    return through_tensordict
+
+
+class ArrayActor:
+    """Acting on numpy observations during collection: gymnasium-format actions and their log-probabilities
+    (None for a policy without them) as numpy arrays, and the batch keys they are recorded under.
+    :meth:`for_policy` picks the fastest actor that computes what ``policy`` does, or None."""
+
+    observation_key: str
+    action_key: str
+    log_prob_key: str | None
+    #: whether the batch records actions one-hot (TorchRL's layout for gymnasium's Discrete spaces)
+    one_hot: bool = False
+
+    @staticmethod
+    def for_policy(policy: TensorDictModuleBase, device: torch.device | str, seed: int) -> "ArrayActor | None":
+        try:
+            view = ActorView.of(policy)
+        except TypeError:
+            try:
+                return ChainArrayActor(policy, device)
+            except TypeError:
+                return None
+        if torch.device(device).type == "cpu" and NumpyCategoricalMLP.supports(view):
+            return NumpyCategoricalMLP(view, seed)
+        return TorchArrayActor(view, device)
+
+    def _keys_of(self, view: ActorView) -> None:
+        self.observation_key, self.action_key, self.log_prob_key = view.observation_key, view.action_key, \
+            view.log_prob_key
+        self.one_hot = view.one_hot
+
+    def act(self, observation: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+        raise NotImplementedError
+
+    def seed(self, seed: int) -> None:
+        """Restart the sampling noise (where it is the actor's own, not torch's global generator)."""
+
+
+class TorchArrayActor(ArrayActor):
+    """The policy's torch modules, fed and read as numpy arrays."""
+
+    def __init__(self, view: ActorView, device: torch.device | str):
+        self.view, self.device = view, torch.device(device)
+        self._keys_of(view)
+
+    @torch.inference_mode()
+    def act(self, observation: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        action, log_prob = self.view.act(torch.from_numpy(observation).to(self.device), deterministic)
+        if self.view.one_hot:
+            action = action.argmax(-1)
+        return action.cpu().numpy(), log_prob.cpu().numpy()
+
+
+class NumpyCategoricalMLP(ArrayActor):
+    """A categorical policy of plain Linear/Tanh/ReLU layers (:class:`rlplug.core.numpy_mlp.NumpyMLP`), acting in
+    numpy on the network's own parameters.
+
+    A step's policy call is a dozen small operations, and numpy's per-call cost is a fraction of torch's
+    (BENCHMARKS.md: collection; with numpy's BLAS on one thread 44 against 106 us at 64 envs, 89 against
+    162 us at 256). Actions are sampled from the same probabilities with the actor's own generator, seeded
+    with the run.
+    """
+
+    @classmethod
+    def supports(cls, view: ActorView) -> bool:
+        return view.categorical and NumpyMLP.supports(view.params_module)
+
+    def __init__(self, view: ActorView, seed: int):
+        self.mlp = NumpyMLP(view.params_module)
+        self._keys_of(view)
+        self.seed(seed)
+
+    def seed(self, seed: int) -> None:
+        self.generator = np.random.default_rng(seed)
+
+    def act(self, observation: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        x = self.mlp.forward(observation.reshape(len(observation), -1))
+        x -= x.max(axis=-1, keepdims=True)
+        cumulative = np.exp(x).cumsum(axis=-1)  # unnormalised probabilities, summed along the actions
+        total = cumulative[:, -1]
+        if deterministic:
+            index = x.argmax(axis=-1)
+        else:  # inverse-CDF sampling: one uniform number per env
+            index = (cumulative < self.generator.random((len(x), 1)) * total[:, None]).sum(axis=-1)
+        return index, x[np.arange(len(index)), index] - np.log(total)
+
+
+class ChainArrayActor(ArrayActor):
+    """A deterministic actor followed by stages that change its action (exploration noise, random actions):
+    the actor's own torch module on the observation tensor, then each stage's ``act_on(action)``, the same
+    arithmetic as the TensorDict modules without a TensorDict per step. No log-probability."""
+
+    log_prob_key = None
+
+    def __init__(self, policy: TensorDictModuleBase, device: torch.device | str):
+        stages = list(policy.module) if isinstance(policy, TensorDictSequential) else [policy]
+        actor, rest = stages[0], stages[1:]
+        plain = isinstance(actor, TensorDictModule) and not isinstance(actor, TensorDictSequential) \
+            and not getattr(actor, "safe", False)  # a safe module projects onto its spec: not on this road
+        if (not plain or len(actor.in_keys) != 1 or len(actor.out_keys) != 1
+                or not all(capability(stage, protocols.Noise.act_on) for stage in rest)):
+            raise TypeError("the policy must be a TensorDictModule reading one observation and writing the action, "
+                            "then stages with act_on(action)")
+        self.module, self.stages, self.device = actor.module, rest, torch.device(device)
+        self.observation_key, self.action_key = actor.in_keys[0], actor.out_keys[0]
+
+    @torch.no_grad()
+    def act(self, observation: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, None]:
+        action = self.module(torch.from_numpy(observation).to(self.device))
+        for stage in self.stages:
+            action = stage.act_on(action)
+        return action.cpu().numpy(), None

@@ -1,0 +1,17 @@
+"""What rlplug reads of an env beyond TorchRL's ``EnvBase``: the optional members of
+:class:`rlplug.registry.protocols.Env` that keep running statistics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlplug.registry import protocols
+from rlplug.registry.protocols import capability
+
+
+def env_statistics(env) -> dict[str, Any]:
+    """What an env learns while it runs (running normalisation statistics): saved in checkpoints, copied
+    (frozen) to the eval env. Envs that learn nothing need not define ``statistics()``; rlplug's gym env
+    defines ``statistics()``, ``load_statistics(state)`` and ``set_training(flag)``."""
+    statistics = capability(env, protocols.Env.statistics)
+    return statistics() if statistics else {}

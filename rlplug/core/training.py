@@ -1,0 +1,182 @@
+"""Machinery every algorithm shares: schedules, the optimiser and its step, gradient clipping, metric means."""
+
+from __future__ import annotations
+
+import math
+import torch
+
+
+def linear_decay(start: float, progress: float) -> float:
+    """``start`` scaled down linearly to 0 as ``progress`` goes from 0 to 1."""
+    return start * max(0.0, 1.0 - progress)
+
+
+def scheduled_lr(lr: float, schedule: str, progress: float) -> float:
+    """The learning rate at ``progress`` (0..1) of the run: constant, linear to 0, or cosine to 0."""
+    if schedule == "linear":
+        return linear_decay(lr, progress)
+    if schedule == "cosine":
+        return lr * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+    return lr
+
+
+#: Optimisers by recipe name, with the defaults rlplug uses unless ``optimizer_kwargs`` says otherwise:
+#: ``eps=1e-5`` for Adam as in Stable-Baselines3 and CleanRL, RMSprop as in SB3's A2C; the fused kernels
+#: update every parameter in one call (the per-tensor loop costs more than the arithmetic for small networks).
+OPTIMIZERS = {
+    "adam": (torch.optim.Adam, {"eps": 1e-5, "fused": True}),
+    "adamw": (torch.optim.AdamW, {"eps": 1e-5, "fused": True}),
+    "sgd": (torch.optim.SGD, {"foreach": True}),
+    "rmsprop": (torch.optim.RMSprop, {"alpha": 0.99, "eps": 1e-5, "foreach": True}),
+}
+
+
+def make_optimizer(name: str, parameters: "list[torch.nn.Parameter] | FlatParameters", lr: float,
+                   kwargs: dict | None = None) -> torch.optim.Optimizer:
+    from rlplug.errors import UserError
+
+    optimizer_class, defaults = OPTIMIZERS[name]
+    stepped = [parameters.flat] if isinstance(parameters, FlatParameters) else parameters
+    try:
+        return optimizer_class(stepped, lr=lr, **{**defaults, **(kwargs or {})})
+    except TypeError as error:  # an unknown keyword in optimizer_kwargs
+        raise UserError(f"{name}: {error}; see torch.optim.{optimizer_class.__name__}",
+                        path="algorithm.optimizer_kwargs") from None
+
+
+class FlatParameters:
+    """Several modules' parameters moved into one contiguous tensor, their gradients into another.
+
+    Each parameter becomes a view of ``flat`` (its gradient a view of ``flat.grad``), so zeroing the
+    gradients, scaling them for the clip and the optimiser step over ``[flat]`` are one kernel each instead
+    of one per tensor: for small networks those launches cost as much as the arithmetic (BENCHMARKS.md). The
+    arithmetic is the same up to rounding: the optimisers here act element by element, and the clipping norm
+    over one tensor sums in another order than over several. Parameters keep their identity, so modules,
+    ``state_dict`` and ``load_state_dict`` work as before.
+    """
+
+    def __init__(self, parameters: list[torch.nn.Parameter], trained: bool = True):
+        """``trained = False`` for parameters that are only ever copied or averaged into (target networks):
+        no gradients."""
+        self.parameters = parameters
+        self.flat = torch.nn.Parameter(torch.cat([p.detach().reshape(-1) for p in parameters]), requires_grad=trained)
+        self.grads: list[torch.Tensor] = []
+        if trained:
+            self.flat.grad = torch.zeros_like(self.flat)
+        offset = 0
+        for p in parameters:
+            p.data = self.flat.data[offset: offset + p.numel()].view_as(p)
+            if trained:
+                self.grads.append(self.flat.grad[offset: offset + p.numel()].view_as(p))
+            offset += p.numel()
+        if trained:
+            self.zero_grad()
+
+    @classmethod
+    def where_possible(cls, parameters: list[torch.nn.Parameter],
+                       allowed: bool = True) -> "FlatParameters | list[torch.nn.Parameter]":
+        """``parameters`` flattened when ``allowed`` and one tensor can hold them (one dtype, one device),
+        else the list as it is: what :func:`make_optimizer` and :func:`optimiser_step` take."""
+        if allowed and len({(p.dtype, p.device) for p in parameters}) == 1:
+            return cls(parameters)
+        return parameters
+
+    def zero_grad(self) -> None:
+        """Zero the gradients in place; backward then accumulates into the views. A parameter whose gradient
+        was replaced (a ``module.zero_grad()`` sets it to None) is given its view back."""
+        self.flat.grad.zero_()
+        for p, grad in zip(self.parameters, self.grads):
+            if p.grad is not grad:
+                p.grad = grad
+
+
+def storages_of(parameters: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Each distinct storage holding ``parameters``, whole, as a 1-D tensor: the parameters of a
+    :class:`FlatParameters` (views of one tensor) come back as that one tensor, so checking them all for
+    NaN after every update is one kernel instead of a concatenation (which an off-policy loop pays every step)."""
+    storages: dict[tuple, tuple] = {}
+    for p in parameters:
+        storage = p.untyped_storage()
+        storages.setdefault((storage.data_ptr(), p.dtype), (storage, p))
+    return [torch.empty(0, dtype=p.dtype, device=p.device).set_(storage) for storage, p in storages.values()]
+
+
+def all_finite(tensors: list[torch.Tensor]) -> bool:
+    """Whether every element is finite, read from each tensor's float64 sum (one reduction and no mask):
+    a NaN or infinity makes the sum non-finite, and float32 or narrower values cannot overflow it."""
+    return all(math.isfinite(t.sum(dtype=torch.float64)) for t in tensors)
+
+
+class NonFiniteError(ArithmeticError):
+    """A loss or gradient became NaN or infinite; nothing was stepped."""
+
+    def __init__(self, quantity: str):
+        super().__init__(f"{quantity} is not finite")
+        self.quantity = quantity
+
+
+def optimiser_step(optimiser: torch.optim.Optimizer, loss: torch.Tensor,
+                   parameters: list[torch.nn.Parameter] | FlatParameters,
+                   max_grad_norm: float | None) -> torch.Tensor | None:
+    """Backward, clip the global gradient norm (if asked), step; returns the norm before clipping.
+
+    A non-finite loss or gradient norm raises :class:`NonFiniteError` before the parameters are touched.
+    """
+    if not math.isfinite(loss.item()):
+        raise NonFiniteError("the loss")
+    if isinstance(parameters, FlatParameters):
+        parameters.zero_grad()
+    else:
+        optimiser.zero_grad(set_to_none=True)
+    loss.backward()
+    return clip_and_step(optimiser, parameters, max_grad_norm)
+
+
+def clip_and_step(optimiser: torch.optim.Optimizer, parameters: list[torch.nn.Parameter] | FlatParameters,
+                  max_grad_norm: float | None) -> torch.Tensor | None:
+    """Clip the gradients' global norm (if asked) and step; returns the norm before clipping.
+
+    A non-finite norm raises :class:`NonFiniteError` before the parameters are touched.
+    """
+    norm = None
+    if max_grad_norm:
+        flat = isinstance(parameters, FlatParameters)
+        # one norm kernel over the flat gradient, where the per-tensor norms of clip_grad_norm_ cost a dozen
+        norm = (torch.linalg.vector_norm(parameters.flat.grad) if flat
+                else torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm, foreach=True))
+        total = norm.item()
+        if not math.isfinite(total):
+            raise NonFiniteError("the gradient norm")
+        if flat and total + 1e-6 > max_grad_norm:  # clip_grad_norm_'s rule: scale by min(1, max / (norm + 1e-6))
+            parameters.flat.grad.mul_(max_grad_norm / (total + 1e-6))
+    optimiser.step()
+    return norm
+
+
+def set_learning_rate(optimiser: torch.optim.Optimizer, lr: float) -> None:
+    for group in optimiser.param_groups:
+        group["lr"] = lr
+
+
+class MetricMean:
+    """Running means of detached scalars, read once per update so the hot loop never syncs."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, torch.Tensor] = {}
+        self.counts: dict[str, int] = {}
+
+    def add(self, **values: torch.Tensor | None) -> None:
+        for key, value in values.items():
+            if value is None:
+                continue
+            value = value.detach()
+            if value.numel() != 1 or value.dtype != torch.float32:  # off-policy loops add a few every env step
+                value = value.float().mean()
+            if key in self.sums:
+                self.sums[key] = self.sums[key] + value
+                self.counts[key] += 1
+            else:
+                self.sums[key], self.counts[key] = value, 1
+
+    def means(self) -> dict[str, float]:
+        return {key: total.item() / self.counts[key] for key, total in self.sums.items()}

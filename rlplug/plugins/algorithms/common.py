@@ -1,0 +1,65 @@
+"""What every built-in algorithm's config shares: the option types, and the step from a config dataclass to
+the factory the registry reads.
+
+An algorithm is declared once, as a frozen dataclass whose fields are its recipe table (types, defaults and
+``#:`` comments for ``rlplug show``); :func:`factory_for` turns it into a factory whose signature is those
+fields plus the context names. Torch-free: listing and validating recipes never load the algorithms.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import typing
+from typing import Annotated, Any, Literal
+
+from rlplug.registry.schema import Range
+
+Count = Annotated[int, Range(ge=1)]
+Positive = Annotated[float, Range(gt=0.0)]
+NonNegative = Annotated[float, Range(ge=0.0)]
+Fraction = Annotated[float, Range(ge=0.0, le=1.0)]
+Frames = Annotated[int, Range(ge=0)]
+OPTIMIZERS = Literal["adam", "adamw", "sgd", "rmsprop"]
+SCHEDULES = Literal["constant", "linear", "cosine"]
+
+#: The context every algorithm is built with; those in ``CONTEXT_DEFAULTS`` may be left out.
+CONTEXT = ("observation_spec", "action_spec", "device", "total_frames")
+CONTEXT_DEFAULTS = {"device": "cpu"}
+#: More context for the off-policy family: the replay buffer samples from a generator seeded by ``seed``, and
+#: memory-mapped storage writes its files under ``run_dir``; both have defaults so that code may build one
+#: without a run.
+REPLAY_CONTEXT = {"seed": 0, "run_dir": None}
+
+
+def factory_for(config_class: type, algorithm: str, optional_context: dict[str, Any] | None = None):
+    """A registrable factory whose signature is the config's fields (the recipe table) plus the context.
+
+    ``algorithm`` ("module:Class") is imported only when built, so listing and validating never import torch;
+    the class is called as ``Class(config, **context)``. ``optional_context`` adds context names with defaults.
+    """
+    optional_context = optional_context or {}
+    hints = typing.get_type_hints(config_class, include_extras=True)
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    parameters = [inspect.Parameter(name, keyword, default=default) for name, default in optional_context.items()]
+    parameters += [inspect.Parameter(name, keyword) for name in CONTEXT if name not in CONTEXT_DEFAULTS]
+    parameters += [inspect.Parameter(name, keyword, default=default) for name, default in CONTEXT_DEFAULTS.items()]
+    for field in dataclasses.fields(config_class):
+        default = field.default if field.default is not dataclasses.MISSING else inspect.Parameter.empty
+        parameters.append(inspect.Parameter(field.name, keyword, default=default, annotation=hints[field.name]))
+
+    def factory(**values: Any):
+        context = {name: values.pop(name, default) for name, default in {**CONTEXT_DEFAULTS, **optional_context}.items()}
+        missing = [name for name in CONTEXT if name not in context and name not in values]
+        if missing:
+            raise TypeError(f"{factory.__name__} needs the context {', '.join(missing)}")
+        context.update({name: values.pop(name) for name in CONTEXT if name in values})
+        module, _, name = algorithm.partition(":")
+        return getattr(importlib.import_module(module), name)(config_class(**values), **context)
+
+    factory.__signature__ = inspect.Signature(parameters)
+    factory.__doc__ = config_class.__doc__
+    factory.__name__ = factory.__qualname__ = f"make_{config_class.__name__.removesuffix('Config').lower()}"
+    factory.config_class = config_class  # where `rlplug show` reads the fields' comments
+    return factory

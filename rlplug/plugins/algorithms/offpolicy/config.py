@@ -1,0 +1,160 @@
+"""Off-policy algorithm configs (DDPG, TD3, SAC, DQN): each dataclass's fields are an algorithm's recipe
+table, its docstring the summary ``rlplug list`` shows. Torch-free, like :mod:`rlplug.plugins.algorithms.onpolicy.config`;
+the algorithms live in :mod:`rlplug.plugins.algorithms.offpolicy.base` (the shared update) and ``ddpg``, ``td3``,
+``sac``, ``dqn``.
+
+Every option of skrl's ``DDPG_CFG`` is a key of the same meaning, under rlplug's names where rlplug
+already has one (the on-policy algorithms' ``lr``, ``lr_schedule``, ``max_grad_norm``); the mapping, option
+by option, is in ``docs/from-skrl.md``.
+
+rlplug adds ``steps_per_update`` (env steps per update: ``frames_per_batch = num_envs x steps_per_update``),
+``optimizer`` and ``optimizer_kwargs`` (as the on-policy algorithms have them), and for DDPG and TD3 with
+recurrent networks (``lstm``, ``gru``: :mod:`rlplug.core.recurrent`) ``sequence_length`` and ``burn_in``: each
+gradient step samples ``batch_size / sequence_length`` sequences of consecutive steps of one episode, and
+learns from all but their first ``burn_in`` steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from rlplug.plugins.algorithms.common import (OPTIMIZERS, SCHEDULES, Count, Fraction, Frames, NonNegative,
+                                              Positive)
+from rlplug.registry.components import Network, Noise, Preprocessor, ReplayBuffer
+from rlplug.registry.schema import Check
+
+
+def learning_rate_problem(value: Any) -> str | None:
+    """What is wrong with ``lr``: a positive number, or a pair of them ``[actor, critic]``."""
+    rates = value if isinstance(value, list) else [value]
+    if isinstance(value, list) and len(value) != 2:
+        return f"must be a number or a pair [actor, critic], got a list of {len(value)}"
+    if any(rate <= 0 for rate in rates):
+        return f"learning rates must be > 0, got {value!r}"
+    return None
+
+
+LearningRate = Annotated[float | list[float], Check(learning_rate_problem)]
+
+
+@dataclass(frozen=True)
+class OffPolicyConfig:
+    """Options every off-policy algorithm takes: replay, update cadence, optimisation, reward shaping."""
+
+    #: where transitions are kept and sampled from
+    replay_buffer: ReplayBuffer = "uniform"
+    #: env steps (per env) collected between updates: frames_per_batch = num_envs x steps_per_update
+    steps_per_update: Count = 1
+    #: gradient steps per update
+    gradient_steps: Count = 1
+    #: transitions sampled for each gradient step
+    batch_size: Count = 64
+    #: discount factor
+    gamma: Fraction = 0.99
+    #: learning rate (a schedule scales it)
+    lr: Positive = 1e-3
+    #: how the learning rate goes over total_frames: constant, linear to 0, or cosine to 0
+    lr_schedule: SCHEDULES = "constant"
+    #: the torch optimiser
+    optimizer: OPTIMIZERS = "adam"
+    #: more keyword arguments for the optimiser (betas, eps, weight_decay, ...)
+    optimizer_kwargs: dict[str, Any] | None = None
+    #: clip the global gradient norm of each network to this (unset: no clipping)
+    max_grad_norm: Positive | None = None
+    #: a preprocessor for observations (e.g. running-standard-scaler), updated with the frames collected;
+    #: transitions are stored raw and preprocessed when sampled
+    observation_preprocessor: Preprocessor | None = None
+    #: frames (over all envs) of uniformly random actions at the start of the run
+    random_frames: Frames = 0
+    #: frames collected before the first gradient step
+    learning_starts: Frames = 0
+    #: stored reward = clip(reward * reward_scale + reward_offset, -reward_clip, reward_clip)
+    reward_scale: float = 1.0
+    #: added to the scaled reward before it is stored
+    reward_offset: float = 0.0
+    #: clip stored rewards to [-reward_clip, reward_clip] (unset: no clipping)
+    reward_clip: Positive | None = None
+    #: automatic mixed precision in the update: bfloat16 autocast on the CPU, float16 with a gradient
+    #: scaler on CUDA
+    mixed_precision: bool = False
+
+
+@dataclass(frozen=True)
+class ActorCriticConfig(OffPolicyConfig):
+    """An actor and Q-critics of (observation, action) for continuous actions, with target networks."""
+
+    #: the actor network
+    policy: Network = "mlp"
+    #: the Q-network, a critic of the observation and the action (writes state_action_value)
+    critic: Network = "mlp"
+    #: learning rate: a number, or a pair [actor, critic]
+    lr: LearningRate = 1e-3
+    #: polyak coefficient of the target networks, updated after every gradient step
+    tau: Fraction = 0.005
+    #: the noise added to actions while collecting (unset: none)
+    exploration_noise: Noise | None = "gaussian"
+    #: recurrent networks (lstm, gru) only: steps per sampled sequence; batch_size counts steps and must be
+    #: a multiple of it (batch_size / sequence_length sequences per gradient step)
+    sequence_length: Count = 16
+    #: recurrent networks only: the first steps of each sequence only warm up the hidden state (no loss)
+    burn_in: Frames = 0
+
+
+@dataclass(frozen=True)
+class DDPGConfig(ActorCriticConfig):
+    """Deep deterministic policy gradient: a deterministic actor, one Q-critic, noise to explore."""
+
+
+@dataclass(frozen=True)
+class TD3Config(ActorCriticConfig):
+    """Twin delayed DDPG: twin critics (the lower target), target policy smoothing, delayed actor updates."""
+
+    #: update the actor and the target networks once every this many critic steps
+    policy_delay: Count = 2
+    #: the standard deviation of the noise added to target actions, as a fraction of the action half-range
+    target_policy_noise: NonNegative = 0.2
+    #: the target action noise is clipped to +-this (a fraction of the action half-range)
+    target_noise_clip: NonNegative = 0.5
+
+
+@dataclass(frozen=True)
+class SACConfig(ActorCriticConfig):
+    """Soft actor-critic: a tanh-Gaussian actor, twin critics, an automatically tuned entropy coefficient."""
+
+    #: the entropy coefficient (alpha) to start from
+    initial_entropy_coef: Positive = 1.0
+    #: tune the entropy coefficient so that the policy's entropy stays near target_entropy
+    learn_entropy_coef: bool = True
+    #: the entropy to keep (unset: minus the number of action dimensions)
+    target_entropy: float | None = None
+    #: learning rate of the entropy coefficient (unset: the critic's)
+    entropy_lr: Positive | None = None
+    #: SAC explores by sampling its policy: no added noise unless set
+    exploration_noise: Noise | None = None
+
+
+@dataclass(frozen=True)
+class DQNConfig(OffPolicyConfig):
+    """Deep Q-learning for discrete actions: epsilon-greedy, a target network, Huber loss, optional double DQN."""
+
+    #: the Q-network: one value per action (writes action_value)
+    q_network: Network = "mlp"
+    #: target = (1 - tau) * target + tau * online every target_update_interval frames (1.0: a hard copy)
+    tau: Fraction = 1.0
+    #: frames (over all envs) between target network updates
+    target_update_interval: Count = 10_000
+    #: double DQN: the online network chooses the next action, the target network values it
+    double: bool = False
+    #: the exploration probability at the start
+    epsilon_start: Fraction = 1.0
+    #: the exploration probability after exploration_fraction of the run
+    epsilon_end: Fraction = 0.05
+    #: the fraction of total_frames over which epsilon goes linearly from epsilon_start to epsilon_end
+    exploration_fraction: Fraction = 0.1
+    # Stable-Baselines3's DQN defaults
+    steps_per_update: Count = 4
+    learning_starts: Frames = 100
+    lr: Positive = 1e-4
+    batch_size: Count = 32
+    max_grad_norm: Positive | None = 10.0

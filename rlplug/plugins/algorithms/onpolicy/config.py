@@ -1,0 +1,147 @@
+"""On-policy algorithm configs: each dataclass's fields are an algorithm's recipe table, its docstring the summary
+``rlplug list`` shows. Kept free of torch so that listing and validating recipes stay quick; the algorithms
+themselves live beside it (``base``: the shared update; ``ppo``, ``pg``, ``impala``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from rlplug.errors import UserError
+from rlplug.plugins.algorithms.common import OPTIMIZERS, SCHEDULES, Count, NonNegative, Positive
+from rlplug.registry.components import Estimator, Network
+
+
+@dataclass(frozen=True)
+class OnPolicyConfig:
+    """Options every on-policy algorithm takes; subclasses change defaults and add their own."""
+
+    #: the policy network
+    policy: Network = "mlp"
+    #: the value network (writes state_value)
+    critic: Network = "mlp"
+    #: the critic computes its value from the policy's hidden layers (one body, two heads; the critic
+    #: network's own hidden layers must match and are dropped); value_coef weighs the two losses on it
+    shared_body: bool = False
+    #: the estimator that writes `advantage` (and a value target, if it makes one)
+    advantage: Estimator = "gae"
+    #: an estimator for `value_target`, run after the advantage one (never changes the advantage);
+    #: unset: the advantage estimator's value target is used
+    value_target: Estimator = "from_advantage"
+    #: frames collected (over all envs) for each update
+    frames_per_batch: Count = 2048
+    #: passes over each batch per update
+    epochs: Count = 10
+    #: frames per minibatch; ``num_minibatches``, when given, decides instead
+    minibatch_size: Count = 64
+    #: split each batch into this many minibatches (overrides minibatch_size)
+    num_minibatches: Count | None = None
+    #: the torch optimiser
+    optimizer: OPTIMIZERS = "adam"
+    #: more keyword arguments for the optimiser (betas, eps, weight_decay, ...)
+    optimizer_kwargs: dict[str, Any] | None = None
+    #: learning rate
+    lr: Positive = 3e-4
+    #: how the learning rate goes over total_frames: constant, linear to 0, or cosine to 0
+    lr_schedule: SCHEDULES = "constant"
+    #: shorthand for ``lr_schedule = "linear"`` (rl-baselines3-zoo's ``lin_`` learning rates)
+    anneal_lr: bool = False
+    #: clip the global gradient norm to this (unset: no clipping)
+    max_grad_norm: Positive | None = 0.5
+    #: weight of the entropy bonus in the loss
+    entropy_coef: NonNegative = 0.0
+    #: weight of the critic's value loss in the loss
+    value_coef: NonNegative = 0.5
+    #: clip the new value prediction to within this distance of the value at collection time
+    value_clip: Positive | None = None
+    #: standardise advantages (per minibatch, or per batch when it is one minibatch)
+    normalize_advantages: bool = True
+
+    def schedule(self) -> str:
+        if self.anneal_lr and self.lr_schedule not in ("constant", "linear"):
+            raise UserError(f"anneal_lr = true means lr_schedule = 'linear', but lr_schedule is "
+                            f"'{self.lr_schedule}'; set only one", path="anneal_lr")
+        return "linear" if self.anneal_lr else self.lr_schedule
+
+    def minibatch_length(self) -> int:
+        if self.num_minibatches is not None:
+            return math.ceil(self.frames_per_batch / self.num_minibatches)
+        return self.minibatch_size
+
+
+@dataclass(frozen=True)
+class PPOConfig(OnPolicyConfig):
+    """Proximal policy optimisation with the clipped surrogate objective."""
+
+    #: the clip range of the probability ratio
+    clip_epsilon: Positive = 0.2
+    #: shrink the clip range linearly to 0 over the run (rl-baselines3-zoo's ``lin_`` clip ranges)
+    anneal_clip: bool = False
+
+
+@dataclass(frozen=True)
+class PPOKLConfig(OnPolicyConfig):
+    """PPO with an adaptive KL penalty instead of clipping (beta x2 above 1.5x the target, /2 below target/1.5)."""
+
+    #: the KL divergence (old policy to new) each minibatch should stay near
+    kl_target: Positive = 0.01
+    #: the penalty's starting coefficient (beta)
+    kl_penalty: Positive = 1.0
+
+
+@dataclass(frozen=True)
+class VPGConfig(OnPolicyConfig):
+    """REINFORCE: the score-function policy gradient, with a learned baseline unless baseline = false."""
+
+    #: learn a critic and subtract its value from the return (false: plain REINFORCE)
+    baseline: bool = True
+    advantage: Estimator = "mc"
+    value_target: Estimator | None = None
+    epochs: Count = 1
+    num_minibatches: Count | None = 1
+    lr: Positive = 1e-3
+
+
+@dataclass(frozen=True)
+class A2CConfig(OnPolicyConfig):
+    """Advantage actor-critic: one RMSprop policy-gradient step per short rollout (SB3's A2C defaults)."""
+
+    frames_per_batch: Count = 40
+    epochs: Count = 1
+    num_minibatches: Count | None = 1
+    optimizer: OPTIMIZERS = "rmsprop"
+    lr: Positive = 7e-4
+    normalize_advantages: bool = False
+
+
+@dataclass(frozen=True)
+class SurrogateConfig(OnPolicyConfig):
+    """The unclipped importance-ratio surrogate objective (PPO without the clip), over several epochs."""
+
+
+@dataclass(frozen=True)
+class ImpalaConfig(OnPolicyConfig):
+    """IMPALA (Espeholt et al. 2018): a learner fed by asynchronous actors, V-trace correcting for their lag.
+
+    Under ``[runner] use = "ray"`` each worker collects ``frames_per_batch`` frames with the weights it last
+    received and the learner takes one update per rollout, first come, first served; under the local runner
+    it is an on-policy actor-critic whose V-trace weights are all 1. The advantage estimator must be
+    ``vtrace`` (or another that reads ``target_log_prob``), which also gives the value target.
+    """
+
+    #: V-trace: reads the behaviour log-prob the worker recorded and the learner's, clips their ratio
+    advantage: Estimator = "vtrace"
+    #: unset: the value target is V-trace's v_s
+    value_target: Estimator | None = None
+    frames_per_batch: Count = 256
+    #: passes over each rollout (the paper: 1)
+    epochs: Count = 1
+    num_minibatches: Count | None = 1
+    optimizer: OPTIMIZERS = "rmsprop"
+    lr: Positive = 6e-4
+    max_grad_norm: Positive | None = 40.0
+    entropy_coef: NonNegative = 0.01
+    value_coef: NonNegative = 0.5
+    normalize_advantages: bool = False

@@ -1,0 +1,150 @@
+"""Gymnasium environments, vectorised in-process."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+from rlplug.errors import UserError
+from rlplug.registry.hookspecs import hookimpl
+from rlplug.registry.schema import Check, Range
+from rlplug.errors import did_you_mean
+
+
+def known_gym_id(env_id: str) -> str | None:
+    """The problem with a gymnasium id, or None; ``module:Id`` ids are left to gymnasium to import."""
+    if ":" in env_id:
+        return None
+    from gymnasium.envs.registration import registry
+
+    if env_id in registry:
+        return None
+    return f"no gymnasium environment '{env_id}'{did_you_mean(env_id, registry)}"
+
+
+def gym_wrapper_names() -> list[str]:
+    """The wrappers a recipe may name: the public wrapper classes of ``gymnasium.wrappers``."""
+    import gymnasium.wrappers as wrappers
+
+    return [name for name in wrappers.__all__ if name[:1].isupper()]
+
+
+def gym_wrapper_class(name: str):
+    """The class of ``gymnasium.wrappers`` called ``name`` (recipes are data: nothing else is ever imported),
+    or ``UserError`` saying what is wrong with the name."""
+    import gymnasium as gym
+    import gymnasium.wrappers as wrappers
+
+    names = gym_wrapper_names()
+    if name not in names:
+        raise UserError(f"no gymnasium wrapper '{name}'{did_you_mean(name, names)}; wrappers are looked "
+                               "up in gymnasium.wrappers only")
+    try:
+        cls = getattr(wrappers, name)
+    except (ImportError, gym.error.Error) as error:
+        detail = " ".join(str(error).split())
+        raise UserError(f"gymnasium wrapper '{name}' is not available here: {detail}") from None
+    if not (isinstance(cls, type) and issubclass(cls, gym.Wrapper)):
+        raise UserError(f"gymnasium.wrappers.{name} is not a wrapper of one env")
+    return cls
+
+
+def known_wrapper_name(name: str) -> str | None:
+    """The problem with a wrapper name, or None."""
+    try:
+        gym_wrapper_class(name)
+    except UserError as error:
+        return error.message
+    return None
+
+
+@dataclass(frozen=True)
+class Wrapper:
+    """A gymnasium wrapper around each sub-env: a class of ``gymnasium.wrappers`` by name, and its arguments
+    (all but the env), e.g. ``{name = "TimeAwareObservation", kwargs = {normalize_time = true}}``."""
+
+    name: Annotated[str, Check(known_wrapper_name)]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def wrapper_arguments_problem(wrapper: Wrapper) -> str | None:
+    """Arguments the wrapper does not take, or required ones missing; checked against its signature."""
+    signature = inspect.signature(gym_wrapper_class(wrapper.name).__init__)
+    parameters = [p for p in signature.parameters.values() if p.name not in ("self", "env")]
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return None
+    names = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    for key in wrapper.kwargs:
+        if key not in names:
+            known = ", ".join(names) or "none"
+            return (f"gymnasium wrapper {wrapper.name} takes no argument '{key}'{did_you_mean(key, names)}; "
+                    f"its arguments: {known}")
+    missing = [p.name for p in parameters if p.default is p.empty and p.kind is not p.VAR_POSITIONAL
+               and p.name not in wrapper.kwargs]
+    if missing:
+        return f"gymnasium wrapper {wrapper.name} needs {', '.join(repr(m) for m in missing)} in its kwargs"
+    return None
+
+
+def indices_problem(indices: list[int]) -> str | None:
+    """What is wrong with ``observation_indices`` before the env exists (the range is checked at build)."""
+    if not indices:
+        return "must name at least one observation entry to keep"
+    if len(set(indices)) != len(indices):
+        return f"names an entry twice: {indices}"
+    return None
+
+
+def make_gym(
+    #: the gymnasium id, e.g. CartPole-v1
+    id: Annotated[str, Check(known_gym_id)],
+    #: copies of the env, stepped together in this process
+    num_envs: Annotated[int, Range(ge=1)] = 1,
+    max_episode_steps: Annotated[int, Range(ge=1)] | None = None,
+    kwargs: dict[str, Any] | None = None,
+    wrappers: list[Annotated[Wrapper, Check(wrapper_arguments_problem)]] = (),
+    flatten_observations: bool = False,
+    frame_stack: Annotated[int, Range(ge=1)] = 1,
+    observation_indices: Annotated[list[Annotated[int, Range(ge=0)]], Check(indices_problem)] | None = None,
+    normalize_observations: Literal["none", "fixed", "running"] = "none",
+    clip_observations: Annotated[float, Range(gt=0)] | None = None,
+    normalize_rewards: bool = False,
+    #: the discount of the return whose running std scales rewards (normalize_rewards)
+    reward_gamma: Annotated[float, Range(ge=0, le=1)] = 0.99,
+    device: str = "cpu",
+):
+    """Any gymnasium id, ``num_envs`` copies stepped in this process (no subprocesses).
+
+    - ``max_episode_steps``: a time limit (truncation) instead of the id's own.
+    - ``kwargs``: arguments of ``gymnasium.make`` for the id.
+    - ``wrappers``: gymnasium wrappers around each copy, in order, by class name in ``gymnasium.wrappers``
+      with their ``kwargs``.
+    - ``flatten_observations``: Dict, Tuple and multi-dimensional Box observations flattened into one vector
+      (Discrete, MultiDiscrete and MultiBinary observations are always one-hot encoded).
+    - ``observation_indices``: only these entries of a one-dimensional observation are kept, in this order
+      (after flattening, before frame stacking): partial observability from a recipe, e.g. ``[0, 1]`` is
+      Pendulum-v1's cos and sin of the angle without its angular velocity. Unset: all.
+    - ``frame_stack``: the last k observations stacked, oldest first (vectors concatenated into one of k times
+      the size; other shapes get a leading axis of k); 1: none.
+    - ``normalize_observations``: "fixed" rescales into [-1, 1] from the space's finite bounds; "running"
+      centres and scales by running statistics (saved with the env's ``state_dict``, frozen by
+      ``set_training(False)``).
+    - ``clip_observations``: observations clipped to [-c, c] after normalisation.
+    - ``normalize_rewards``: rewards scaled by the running std of the discounted return (``reward_gamma``),
+      as gymnasium's NormalizeReward; left unscaled out of training (evaluation).
+    """
+    from rlplug.plugins.envs.gym import make_gym_vector_env
+
+    return make_gym_vector_env(
+        id, num_envs=num_envs, max_episode_steps=max_episode_steps, make_kwargs=kwargs or {}, device=device,
+        wrappers=[(gym_wrapper_class(w.name), dict(w.kwargs)) for w in wrappers],
+        flatten_observations=flatten_observations, frame_stack=frame_stack,
+        observation_indices=observation_indices, normalize_observations=normalize_observations, clip_observations=clip_observations,
+        normalize_rewards=normalize_rewards, reward_gamma=reward_gamma,
+    )
+
+
+@hookimpl
+def rlplug_register_envs(register):
+    register("gym", make_gym, aliases=("gymnasium",))

@@ -1,0 +1,303 @@
+"""Env construction helpers shared by env plugins, and the tensor-stepping gymnasium env.
+
+:class:`VectorGymEnv` is TorchRL's ``GymWrapper`` (so it is a full ``EnvBase``, transforms and all) with one
+addition: :meth:`~VectorGymEnv.step_tensors`, a step that takes and returns plain tensors. TorchRL's
+TensorDict step costs about ten times gymnasium's own step for cheap envs such as CartPole; rlplug's
+collector uses the tensor step whenever the env offers it (see :mod:`rlplug.core.collect`).
+
+Everything that changes what the agent sees is applied where both roads pass, so that TorchRL's ``env.step``
+and :meth:`~VectorGymEnv.step_tensors` give the same numbers:
+
+- per sub-env, as gymnasium wrappers (:func:`make_gym_vector_env`): the time limit, the recipe's wrappers,
+  one-hot encoding or flattening of non-Box observations, the observation entries kept, frame stacking;
+- on the vector env, as :class:`VectorStage`: observation normalisation and clipping (final observations of
+  ended episodes included), reward scaling, and the statistics behind them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torchrl.envs import EnvBase, GymWrapper
+
+from rlplug.errors import UserError
+from rlplug.plugins.envs.stage import CONTINUE, Transition, VectorStage
+
+#: The observation spaces :func:`make_gym_vector_env` takes, for messages.
+SUPPORTED_OBSERVATIONS = ("Box; Discrete, MultiDiscrete and MultiBinary (one-hot encoded); "
+                          "Dict and Tuple with flatten_observations = true")
+#: The action spaces rlplug's policies act in, for messages.
+SUPPORTED_ACTIONS = "Discrete (starting at 0) and one-dimensional Box"
+class VectorGymEnv(GymWrapper):
+    """A gymnasium vector env (same-step autoreset) as a TorchRL env, with a tensor step for fast collection.
+
+    TorchRL returns it inside a ``TransformedEnv`` (a transform that swaps in the final observations of
+    ended episodes), which forwards every method below to it.
+
+    - :meth:`reset_arrays` / :meth:`step_arrays` (numpy) and :meth:`reset_tensors` / :meth:`step_tensors`: the
+      array road of :mod:`rlplug.core.collect` (``supports_tensor_steps`` says whether
+      it is open: Discrete or 1-D Box actions and one Box observation).
+    - :meth:`statistics` -> dict of tensors and floats (``torch.load(weights_only=True)`` reads it back):
+      the observation and return statistics of :class:`VectorStage`; ``{}`` when nothing is normalised by
+      running statistics. :meth:`load_statistics` puts them back, e.g. the training env's into the
+      evaluation env. (Not ``state_dict``: the env is an ``nn.Module``, whose ``state_dict`` keeps its meaning.)
+    - :meth:`set_training`: ``set_training(False)`` freezes the statistics (and returns rewards unscaled),
+      for evaluation; ``set_training(True)`` (the default) updates them again. :attr:`updates_statistics`
+      says which.
+
+    A reset of every env right after a step in which every env ended (TorchRL's ``step_and_maybe_reset``
+    asks for one) continues from the autoreset observations, as the tensor road does, rather than resetting
+    the envs a second time: both roads see the same episodes.
+    """
+
+    def __init__(self, vector_env: gym.vector.VectorEnv, **kwargs: Any):
+        if not isinstance(vector_env, VectorStage):
+            vector_env = VectorStage(vector_env)
+        self.stage = vector_env
+        super().__init__(vector_env, **kwargs)
+        space = vector_env.single_action_space
+        self._discrete = isinstance(space, gym.spaces.Discrete)
+        self._one_hot = self._discrete and self.action_spec.shape[-1:] == (space.n,) and space.n > 1 \
+            and type(self.action_spec).__name__ == "OneHot"
+        obs_key = "observation" if "observation" in self.observation_spec.keys() else None
+        self.supports_tensor_steps = obs_key is not None and (
+            self._discrete or (isinstance(space, gym.spaces.Box) and len(space.shape) == 1))
+        obs_dtype = self.observation_spec[obs_key].dtype if obs_key else torch.float32
+        self._obs_dtype = torch.empty((), dtype=obs_dtype).numpy().dtype  # conversions happen in numpy: cheaper
+        self._on_cpu = self.device is None or torch.device(self.device).type == "cpu"
+
+    # -- statistics ---------------------------------------------------------------------------------------
+
+    def statistics(self) -> dict[str, Any]:
+        """The normalisation statistics: plain tensors and floats, ``{}`` when there are none."""
+        return self.stage.state_dict()
+
+    def load_statistics(self, state: Mapping[str, Any]) -> None:
+        """Statistics from :meth:`statistics` of an env built with the same options (any ``num_envs``)."""
+        self.stage.load_state_dict(state)
+
+    def normalize_observation(self, observation: np.ndarray) -> np.ndarray:
+        """One observation batch as the policy sees it: normalised and clipped as the env's own, statistics
+        untouched (for acting on observations from elsewhere: ``Agent.select_action``)."""
+        if not self.stage.transforms_observations:
+            return observation
+        return self.stage._transform(np.asarray(observation, dtype=np.float64))
+
+    def set_training(self, training: bool = True) -> None:
+        """``False``: statistics frozen and rewards unscaled (evaluation); ``True``: statistics updated."""
+        self.stage.training = bool(training)
+
+    @property
+    def updates_statistics(self) -> bool:
+        return self.stage.training
+
+    # -- stepping -----------------------------------------------------------------------------------------
+
+    def _reset(self, tensordict=None, **kwargs):
+        if not kwargs and tensordict is not None and self.stage.can_continue:
+            reset = tensordict.get("_reset", None)
+            if reset is not None and bool(reset.all()):
+                kwargs = {"options": {CONTINUE: True}}
+        return super()._reset(tensordict, **kwargs)
+
+    def reset_arrays(self, seed: int | None = None) -> np.ndarray:
+        observation, _ = self._env.reset(seed=seed)
+        return observation.astype(self._obs_dtype, copy=False)
+
+    def step_arrays(self, action: np.ndarray) -> Transition:
+        """One step with ``action`` in gymnasium's format (an index for discrete actions); numpy arrays back."""
+        observation, reward, terminated, truncated, info = self._env.step(action)
+        observation = observation.astype(self._obs_dtype, copy=False)
+        next_observation = observation
+        ended = terminated | truncated
+        if ended.any():
+            next_observation = observation.copy()
+            for index in np.flatnonzero(ended):
+                next_observation[index] = info["final_obs"][index]
+        return Transition(next_observation, reward.astype(np.float32, copy=False), terminated, truncated, observation)
+
+    def reset_tensors(self, seed: int | None = None) -> torch.Tensor:
+        return self._tensor(self.reset_arrays(seed))
+
+    def step_tensors(self, action: torch.Tensor) -> Transition:
+        """:meth:`step_arrays` with tensors in (the actor's layout: one-hot for discrete actions) and out."""
+        if self._one_hot:
+            action = action.argmax(-1)
+        return Transition(*(self._tensor(array) for array in self.step_arrays(action.cpu().numpy())))
+
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        tensor = torch.from_numpy(array)
+        return tensor if self._on_cpu else tensor.to(self.device)
+
+
+# -- construction -------------------------------------------------------------------------------------------
+
+
+def one_line(error: BaseException) -> str:
+    return re.sub(r"\s+", " ", str(error)).strip() or type(error).__name__
+
+
+def space_name(space: gym.Space) -> str:
+    if isinstance(space, gym.spaces.Dict):
+        return f"Dict (keys {', '.join(map(str, space.spaces))})"
+    if isinstance(space, gym.spaces.Tuple):
+        return f"Tuple ({', '.join(map(str, space.spaces))})"
+    if isinstance(space, gym.spaces.Box):
+        return f"Box of shape {list(space.shape)}"
+    return type(space).__name__
+
+
+def _wrap_with(index: int, cls: type[gym.Wrapper], kwargs: Mapping[str, Any]) -> Callable[[gym.Env], gym.Env]:
+    name = cls.__name__
+
+    def wrap(env: gym.Env) -> gym.Env:
+        try:
+            return cls(env, **kwargs)
+        except UserError:
+            raise
+        except Exception as error:  # the wrapper's own check of its arguments or of the env
+            raise UserError(f"gymnasium wrapper {name} failed on this env: {one_line(error)}",
+                            path=f"env.wrappers[{index}]") from None
+
+    return wrap
+
+
+class SelectObservation(gym.ObservationWrapper):
+    """Only the entries ``indices`` of a one-dimensional Box observation, in that order: a partially observed
+    env from a recipe (Pendulum-v1 without its angular velocity: ``[0, 1]``)."""
+
+    def __init__(self, env: gym.Env, indices: Sequence[int]):
+        super().__init__(env)
+        self.indices = np.asarray(indices, dtype=np.int64)
+        space = env.observation_space
+        self.observation_space = gym.spaces.Box(space.low[self.indices], space.high[self.indices],
+                                                dtype=space.dtype)
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        return observation[self.indices]
+
+
+def _select(env: gym.Env, env_id: str, indices: Sequence[int]) -> gym.Env:
+    """:class:`SelectObservation`, or ``UserError`` naming ``env.observation_indices``."""
+    space = env.observation_space
+    if len(space.shape) != 1:
+        raise UserError(f"selects entries of a one-dimensional observation, and {env_id}'s is a "
+                        f"{space_name(space)}; set flatten_observations = true", path="env.observation_indices")
+    size = space.shape[0]
+    outside = [i for i in indices if not 0 <= i < size]
+    if outside:
+        raise UserError(f"{env_id}'s observation has {size} entries (indices 0 to {size - 1}), got {outside[0]}",
+                        path="env.observation_indices")
+    return SelectObservation(env, indices)
+
+
+def _shape_observations(env_id: str, flatten: bool, frame_stack: int,
+                        indices: Sequence[int] | None = None) -> Callable[[gym.Env], gym.Env]:
+    """One Box observation per sub-env: non-Box spaces one-hot encoded or flattened, the entries ``indices``
+    kept, then frames stacked."""
+    spaces = gym.spaces
+
+    def shape(env: gym.Env) -> gym.Env:
+        space = env.observation_space
+        if isinstance(space, (spaces.Dict, spaces.Tuple)) and not flatten:
+            raise UserError(f"{env_id} has a {space_name(space)} observation space; set flatten_observations = "
+                            f"true to concatenate its entries (supported: {SUPPORTED_OBSERVATIONS})", path="env")
+        if not isinstance(space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary,
+                                  spaces.Dict, spaces.Tuple)):
+            raise UserError(f"{env_id} has a {space_name(space)} observation space, which rlplug does not "
+                            f"support (supported: {SUPPORTED_OBSERVATIONS})", path="env")
+        if flatten or not isinstance(space, spaces.Box):
+            try:
+                env = gym.wrappers.FlattenObservation(env)
+            except Exception as error:
+                raise UserError(f"{env_id}'s {space_name(space)} observation space cannot be flattened: "
+                                f"{one_line(error)}", path="env") from None
+            if not np.issubdtype(env.observation_space.dtype, np.floating):
+                env = gym.wrappers.DtypeObservation(env, np.float32)
+        dtype = env.observation_space.dtype
+        if np.issubdtype(dtype, np.floating) and dtype != np.float32:  # MuJoCo's float64: networks are float32
+            env = gym.wrappers.DtypeObservation(env, np.float32)
+        if indices is not None:
+            env = _select(env, env_id, indices)
+        if frame_stack > 1:
+            flat = len(env.observation_space.shape) == 1
+            env = gym.wrappers.FrameStackObservation(env, frame_stack)
+            if flat:  # k vectors of n become one vector of k * n, oldest first: what an MLP reads
+                env = gym.wrappers.FlattenObservation(env)
+        return env
+
+    return shape
+
+
+def check_action_space(space: gym.Space, env_id: str) -> None:
+    """``UserError`` unless rlplug's policies can act in ``space``."""
+    problem = None
+    if isinstance(space, gym.spaces.Discrete):
+        if int(space.start) != 0:
+            problem = f"a Discrete action space starting at {int(space.start)}"
+    elif isinstance(space, gym.spaces.Box):
+        if len(space.shape) != 1:
+            problem = f"a {space_name(space)} action space"
+    else:
+        problem = f"a {space_name(space)} action space"
+    if problem:
+        raise UserError(f"{env_id} has {problem}, which rlplug's policies cannot act in (supported: "
+                        f"{SUPPORTED_ACTIONS})", path="env")
+
+
+def make_gym_vector_env(env_id: str, *, num_envs: int, max_episode_steps: int | None,
+                        make_kwargs: dict[str, Any], device: str = "cpu",
+                        wrappers: Sequence[tuple[type[gym.Wrapper], Mapping[str, Any]]] = (),
+                        flatten_observations: bool = False, frame_stack: int = 1,
+                        observation_indices: Sequence[int] | None = None, normalize_observations: str = "none", clip_observations: float | None = None,
+                        normalize_rewards: bool = False, reward_gamma: float = 0.99) -> EnvBase:
+    """A TorchRL env over gymnasium's synchronous vector env.
+
+    TorchRL's wrapper needs the same-step autoreset (the final observation of an episode and the first of
+    the next arrive in one step); gymnasium's native vector envs (CartPole's) only do next-step autoreset,
+    so the synchronous vector env is used for every id.
+
+    Each sub-env is ``gym.make(env_id, max_episode_steps=..., **make_kwargs)``, then ``wrappers`` (gymnasium
+    wrapper classes with their arguments, all but the env) in order, then the observation shaping of
+    :func:`_shape_observations` (``flatten_observations``, ``observation_indices``, ``frame_stack``). The vector env then gets a
+    :class:`VectorStage` (``normalize_observations``, ``clip_observations``, ``normalize_rewards``,
+    ``reward_gamma``). Problems with the id, the spaces or the options are ``UserError``.
+    """
+    per_env = [_wrap_with(i, cls, kwargs) for i, (cls, kwargs) in enumerate(wrappers)]
+    per_env.append(_shape_observations(env_id, flatten_observations, frame_stack, observation_indices))
+    try:
+        vector_env = gym.make_vec(
+            env_id, num_envs=num_envs, vectorization_mode="sync",
+            vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, wrappers=per_env,
+            **({"max_episode_steps": max_episode_steps} if max_episode_steps else {}), **make_kwargs,
+        )
+    except TypeError as error:
+        if "unexpected keyword argument" not in str(error):
+            raise
+        raise UserError(f"{env_id} does not take that argument: {one_line(error)}", path="env.kwargs") from None
+    except gym.error.DependencyNotInstalled as error:  # MuJoCo, Box2D...: say what to install, before training
+        raise UserError(f"{env_id} needs a package that is not installed: {one_line(error)}", path="env.id") from None
+    try:
+        check_action_space(vector_env.single_action_space, env_id)
+        space = vector_env.single_observation_space
+        if normalize_observations == "fixed":
+            infinite = np.flatnonzero(~(np.isfinite(space.low) & np.isfinite(space.high)).reshape(-1))
+            if infinite.size:
+                shown = ", ".join(map(str, infinite[:8])) + (", ..." if infinite.size > 8 else "")
+                raise UserError(f"'fixed' rescales from the observation bounds, but {env_id}'s are infinite in "
+                                f"dimensions {shown}; use 'running'", path="env.normalize_observations")
+        stage = VectorStage(vector_env, observations=normalize_observations, clip=clip_observations,
+                            rewards=normalize_rewards, gamma=reward_gamma)
+    except BaseException:
+        vector_env.close()
+        raise
+    env = VectorGymEnv(stage, device=device)
+    # TorchRL stepped the env while inferring its specs: those steps are not experience.
+    stage.reset_statistics()
+    stage._continuable = False
+    return env

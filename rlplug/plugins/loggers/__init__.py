@@ -1,0 +1,73 @@
+"""Built-in loggers: the console (progress and a final summary), a CSV file of metrics, Weights & Biases
+and TensorBoard (the last two need ``pip install rlplug[logging]``; imported only when a run uses them)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from rlplug.registry.hookspecs import hookimpl
+from rlplug.registry.schema import Range
+
+
+def make_console(total_frames: int, every_seconds: Annotated[float, Range(gt=0)] = 10.0, live: bool | None = None):
+    """Live progress bar on a terminal, plain periodic lines elsewhere, and a final summary."""
+    from rlplug.plugins.loggers.builtin import ConsoleLogger
+
+    return ConsoleLogger(total_frames, every_seconds=every_seconds, live=live)
+
+
+def make_csv(run_dir, frames: int = 0, filename: str = "metrics.csv"):
+    """Every metric, one row per log call, in the run directory."""
+    from rlplug.plugins.loggers.builtin import CSVLogger
+
+    return CSVLogger(run_dir / filename, start_frames=frames)
+
+
+def make_wandb(run_dir, frames: int = 0, project: str = "rlplug", entity: str | None = None,
+               group: str | None = None, tags: list[str] = (), name: str | None = None,
+               mode: Literal["offline", "online", "disabled"] | None = None):
+    """Weights & Biases: every metric (step = frames), the resolved recipe as config, the summary at the end.
+
+    Files go to the run directory's ``wandb/``. ``mode`` unset: ``WANDB_MODE`` where it is set, else online
+    when logged in (``wandb login`` or ``WANDB_API_KEY``), else offline (``wandb sync`` uploads later).
+    ``name`` unset: the run directory's name. A resumed run continues the same W&B run.
+    """
+    from rlplug.plugins.loggers.builtin import WandbLogger
+
+    _require("wandb", "wandb")
+    return WandbLogger(run_dir, start_frames=frames, project=project, entity=entity, group=group, tags=tags,
+                       mode=mode, name=name)
+
+
+def make_tensorboard(
+    run_dir,
+    frames: int = 0,
+    networks=None,
+    #: also write histograms of every network weight and its gradient, at each evaluation
+    histograms: bool = False,
+):
+    """TensorBoard: every metric as a scalar at step = frames, in the run directory's ``tensorboard/``."""
+    from rlplug.plugins.loggers.builtin import TensorBoardLogger
+
+    _require("tensorboard", "tensorboard")
+    return TensorBoardLogger(run_dir / "tensorboard", start_frames=frames,
+                             networks=(networks or {}) if histograms else {})
+
+
+def _require(module: str, package: str) -> None:
+    """A clear error, before training, when a logger's package is not installed."""
+    import importlib.util
+
+    from rlplug.errors import UserError
+
+    if importlib.util.find_spec(module) is None:
+        raise UserError(f"the {package} logger needs the '{package}' package: pip install {package} "
+                        f"(or rlplug[logging])")
+
+
+@hookimpl
+def rlplug_register_loggers(register):
+    register("console", make_console)
+    register("csv", make_csv)
+    register("wandb", make_wandb)
+    register("tensorboard", make_tensorboard)

@@ -1,0 +1,134 @@
+"""Policy and value networks sized from the env's specs: an MLP, any stack of torch.nn layers, and
+recurrent (LSTM, GRU) actors and critics for DDPG and TD3.
+
+All share one output-layer-and-head path (:func:`rlplug.core.heads.with_head`); the feedforward ones also the
+continuous-head options ``log_std``, ``log_std_init`` and ``squash`` (see :mod:`rlplug.core.heads`). The
+recurrent ones are described in :mod:`rlplug.core.recurrent`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from rlplug.registry.hookspecs import hookimpl
+from rlplug.registry.schema import Check, Range
+
+#: The options every built-in network shares (their meaning: rlplug.core.heads). Kept here, not imported from
+#: rlplug.core.heads, so that loading the plugins does not load torch.
+Init = Literal["orthogonal", "default"]
+LogStd = Literal["state", "parameter"]
+Squash = Literal["tanh", "none"]
+
+ACTIVATIONS = {"tanh": "Tanh", "relu": "ReLU", "elu": "ELU", "gelu": "GELU", "silu": "SiLU"}
+#: The hidden layers of ``sequential`` when a recipe gives none: the same network as ``mlp``'s default.
+DEFAULT_LAYERS = ({"type": "Linear", "out": 64}, {"type": "Tanh"}, {"type": "Linear", "out": 64}, {"type": "Tanh"})
+
+
+def hidden_layers(sizes, activation: str) -> list[dict[str, Any]]:
+    """Layer tables for hidden layers of ``sizes``, each followed by ``activation``."""
+    return [table for size in sizes for table in ({"type": "Linear", "out": size}, {"type": ACTIVATIONS[activation]})]
+
+
+def layers_problem(tables: list[dict[str, Any]]) -> str | None:
+    from rlplug.core.layers import layers_problem as problem  # late: torch loads only when a recipe is checked
+
+    return problem(tables)
+
+
+def make_mlp(
+    observation_spec,
+    action_spec,
+    role: str,
+    #: sizes of the hidden layers
+    hidden: list[Annotated[int, Range(ge=1)]] = (64, 64),
+    #: the activation after each hidden layer
+    activation: Literal["tanh", "relu", "elu", "gelu", "silu"] = "tanh",
+    #: orthogonal initialisation (CleanRL / SB3 gains, zero biases), or torch's default
+    init: Init = "orthogonal",
+    #: continuous policies: 'parameter', one learned log-std for every state, or 'state', the network outputs it
+    log_std: LogStd = "parameter",
+    #: continuous policies: the initial log-std
+    log_std_init: float = 0.0,
+    #: continuous policies: 'tanh' squashes into the action bounds; 'none' is a plain Normal (the env must clip)
+    squash: Squash = "tanh",
+    device: str = "cpu",
+):
+    """An MLP trunk with the head its role needs (categorical or Gaussian policy, value)."""
+    return _network(hidden_layers(hidden, activation), observation_spec, action_spec, role, init=init, log_std=log_std,
+                    log_std_init=log_std_init, squash=squash, device=device)
+
+
+def make_sequential(
+    observation_spec,
+    action_spec,
+    role: str,
+    #: the hidden layers as tables: {type = "Linear", out = 64}, {type = "Tanh"}, ...
+    #: (input sizes inferred; the output layer and head are added)
+    layers: Annotated[list[dict[str, Any]], Check(layers_problem)] = DEFAULT_LAYERS,
+    #: orthogonal initialisation (CleanRL / SB3 gains, zero biases), or torch's default
+    init: Init = "orthogonal",
+    #: continuous policies: 'parameter', one learned log-std for every state, or 'state', the network outputs it
+    log_std: LogStd = "parameter",
+    #: continuous policies: the initial log-std
+    log_std_init: float = 0.0,
+    #: continuous policies: 'tanh' squashes into the action bounds; 'none' is a plain Normal (the env must clip)
+    squash: Squash = "tanh",
+    device: str = "cpu",
+):
+    """Any stack of torch.nn layers from the recipe (sizes inferred), then the head its role needs."""
+    return _network(layers, observation_spec, action_spec, role, init=init, log_std=log_std,
+                    log_std_init=log_std_init, squash=squash, device=device)
+
+
+def _network(layers, observation_spec, action_spec, role, *, init, log_std, log_std_init, squash, device):
+    """Hidden layers from tables, sized from the observation; the output layer and head for ``role``."""
+    from rlplug.networks import build_layers, features, observation_shape, with_head
+
+    body, shape = build_layers(layers, observation_shape(observation_spec), init=init)
+    return with_head(body, features(shape), role=role, observation_spec=observation_spec, action_spec=action_spec,
+                     init=init, log_std=log_std, log_std_init=log_std_init, squash=squash, device=device)
+
+
+def recurrent_factory(cell: Literal["lstm", "gru"]):
+    """The factory of the ``cell`` network plugin: one signature (their recipe keys) for both cells."""
+    label = cell.upper()
+
+    def make(
+        observation_spec,
+        action_spec,
+        role: str,
+        #: features of the recurrent layer's hidden state
+        hidden_size: Annotated[int, Range(ge=1)] = 64,
+        #: stacked recurrent layers
+        num_layers: Annotated[int, Range(ge=1)] = 1,
+        #: sizes of the head's hidden layers, after the recurrent layers
+        hidden: list[Annotated[int, Range(ge=1)]] = (64,),
+        #: the activation after each of the head's hidden layers
+        activation: Literal["tanh", "relu", "elu", "gelu", "silu"] = "relu",
+        #: the head's initialisation: orthogonal (CleanRL / SB3 gains, zero biases; the actor's output layer
+        #: at gain 0.01 keeps its first actions off the tanh's flat ends), or torch's default
+        init: Init = "orthogonal",
+        device: str = "cpu",
+    ):
+        from rlplug.core.recurrent import make_recurrent
+
+        return make_recurrent(cell, observation_spec=observation_spec, action_spec=action_spec, role=role,
+                              hidden_size=hidden_size, num_layers=num_layers, head_layers=hidden_layers(hidden, activation),
+                              init=init, device=device)
+
+    make.__name__ = make.__qualname__ = f"make_{cell}"
+    make.__doc__ = (f"An {label} over the observations, then an MLP head: a DDPG / TD3 actor or critic with memory "
+                    f"(the hidden state is carried across steps in the TensorDict and reset where episodes end).")
+    return make
+
+
+make_lstm = recurrent_factory("lstm")
+make_gru = recurrent_factory("gru")
+
+
+@hookimpl
+def rlplug_register_networks(register):
+    register("mlp", make_mlp)
+    register("sequential", make_sequential)
+    register("lstm", make_lstm)
+    register("gru", make_gru)

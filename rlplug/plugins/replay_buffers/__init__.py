@@ -1,0 +1,70 @@
+"""Replay buffers for off-policy algorithms: uniform and prioritised, in memory or memory-mapped on disk.
+
+Both are rings on TorchRL's storages (see :mod:`rlplug.plugins.replay_buffers.buffers` for the interface and what a checkpoint
+holds of them).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from rlplug.registry.hookspecs import hookimpl
+from rlplug.registry.schema import Range
+
+Capacity = Annotated[int, Range(ge=1)]
+Fraction = Annotated[float, Range(ge=0.0, le=1.0)]
+#: 'memory': tensors on the run's device, saved whole in checkpoints; 'memmap': files under RUN_DIR/replay
+Storage = Literal["memory", "memmap"]
+
+
+def make_uniform(
+    #: the most transitions kept; the oldest are overwritten first
+    capacity: Capacity = 1_000_000,
+    #: 'memory' (tensors on the run's device, saved whole in checkpoints) or 'memmap' (files under
+    #: RUN_DIR/replay, for buffers larger than memory; checkpoints keep only the cursor and RNG)
+    storage: Storage = "memory",
+    run_dir=None,
+    device="cpu",
+    seed=0,
+):
+    """A ring of transitions sampled uniformly with replacement (seeded by the run's seed)."""
+    from rlplug.plugins.replay_buffers.buffers import ReplayBuffer
+
+    return ReplayBuffer(capacity, storage=storage, run_dir=run_dir, device=device, seed=seed)
+
+
+def make_prioritized(
+    #: the most transitions kept; the oldest are overwritten first
+    capacity: Capacity = 1_000_000,
+    #: how strongly priorities shape sampling: P(i) ~ p_i^alpha (0: uniform)
+    alpha: Fraction = 0.6,
+    #: importance-weight exponent at the start: w_i ~ (N P(i))^-beta (1: full correction)
+    beta: Fraction = 0.4,
+    #: beta at the end of the run, reached linearly over run.total_frames
+    beta_final: Fraction = 1.0,
+    #: added to |priority|, so that every transition can be sampled
+    eps: Annotated[float, Range(gt=0.0)] = 1e-6,
+    #: 'memory' (tensors on the run's device, saved whole in checkpoints) or 'memmap' (files under
+    #: RUN_DIR/replay, for buffers larger than memory; checkpoints keep only the cursor, RNG and priorities)
+    storage: Storage = "memory",
+    run_dir=None,
+    device="cpu",
+    seed=0,
+    total_frames=None,
+):
+    """Prioritised replay (Schaul et al. 2016): sampled by priority^alpha, with importance weights.
+
+    Samples carry ``index`` and ``weight``; the algorithm gives new priorities (``|td_error|``) with
+    ``update_priority(index, priority)``. Sampling costs O(capacity) (a cumulative sum in plain torch).
+    """
+    from rlplug.plugins.replay_buffers.buffers import PrioritizedReplayBuffer
+
+    return PrioritizedReplayBuffer(capacity, alpha=alpha, beta=beta, beta_final=beta_final, eps=eps,
+                                   total_frames=total_frames, storage=storage, run_dir=run_dir, device=device,
+                                   seed=seed)
+
+
+@hookimpl
+def rlplug_register_replay_buffers(register):
+    register("uniform", make_uniform)
+    register("prioritized", make_prioritized, aliases=("prioritised", "per"))

@@ -1,0 +1,438 @@
+"""Replay buffers for off-policy algorithms, on TorchRL's storages and writer.
+
+:class:`ReplayBuffer` (the ``uniform`` component) and :class:`PrioritizedReplayBuffer` (``prioritized``)
+share one interface, the one ``rlplug_register_replay_buffers`` asks for:
+
+- ``extend(batch)``: a TensorDict of transitions of any batch shape, flattened to one dim, written to a
+  ring (the oldest transitions are overwritten first); returns the storage indices written.
+- ``sample(batch_size) -> TensorDict`` of shape ``[batch_size]`` on the buffer's ``device``, drawn with
+  replacement from a ``torch.Generator`` seeded with the run's seed. The prioritised buffer adds
+  ``index`` (the storage indices, long, ``[batch_size]``) and ``weight`` (the importance weights,
+  float32, ``[batch_size]``), and takes ``update_priority(index, priority)`` with e.g. ``|td_error|``.
+- ``sample_sequences(batch_size, length) -> TensorDict`` of shape ``[batch_size // length, length]``:
+  runs of ``length`` consecutive steps of one episode (for recurrent networks), found from the ``episode``
+  and ``step`` entries the transitions must carry (TorchRL's ``SliceSampler`` in its fragmented mode, so the
+  steps of several envs may interleave in the ring). Uniform buffers only.
+- ``len(buffer)``, ``capacity``.
+- ``state_dict()`` / ``load_state_dict(state)``: plain tensors, numbers and strings, loadable with
+  ``torch.load(weights_only=True)``: the write cursor, the write count, the sampler's generator state,
+  the priorities, and, for ``storage = "memory"``, the stored transitions themselves (as views of the
+  storage: save the state before the next ``extend``). A buffer loaded from that state samples exactly
+  what the saved one would have.
+
+With ``storage = "memmap"`` the transitions live in memory-mapped files under ``RUN_DIR/replay`` (one file
+per key, TorchRL's ``LazyMemmapStorage``), and a checkpoint holds only what is listed above without the
+transitions: ``load_state_dict`` reopens the files in place. The files are not versioned with the
+checkpoints, so a run resumed from a checkpoint older than the files' last write finds the transitions
+collected since (which may have overwritten older ones) where the checkpoint expected older ones: the
+resumed run is sound but not bit-identical to one left alone. Use memory storage where exact resumption
+matters and the buffer fits in memory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torchrl.data import LazyMemmapStorage, LazyTensorStorage, RandomSampler, SliceSampler
+from torchrl.data import ReplayBuffer as TorchRLReplayBuffer
+from torchrl.data.replay_buffers.samplers import Sampler
+from torchrl.data.replay_buffers.writers import RoundRobinWriter
+
+from rlplug.errors import UserError
+from rlplug.core.tensordicts import trusted
+
+#: Where, under the run directory, memory-mapped storage writes its files.
+MEMMAP_DIR = "replay"
+#: Why a prioritised buffer cannot serve recurrent networks (said when sampling and, earlier, when building).
+SEQUENCES_NEED_UNIFORM = ("prioritized replay samples single transitions; recurrent networks (lstm, gru) learn from "
+                          "sequences of a 'uniform' buffer")
+
+
+class ReplayBuffer:
+    """A ring of transitions sampled uniformly with replacement (TorchRL's ``RandomSampler``).
+
+    ``storage``: ``"memory"`` (``LazyTensorStorage`` on ``device``, allocated at the first ``extend``) or
+    ``"memmap"`` (``LazyMemmapStorage`` under ``run_dir / "replay"``, on the CPU; samples are moved to
+    ``device``). ``seed`` seeds the sampling generator.
+    """
+
+    def __init__(self, capacity: int, *, storage: str = "memory", run_dir: str | Path | None = None,
+                 device: str | torch.device = "cpu", seed: int = 0):
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.capacity = int(capacity)
+        self.device = torch.device(device)
+        self.storage_kind = storage
+        if storage == "memory":
+            self.storage_device = self.device
+            self.path = None
+            store = LazyTensorStorage(self.capacity, device=self.storage_device)
+        elif storage == "memmap":
+            if run_dir is None:
+                raise UserError("storage = 'memmap' needs a run directory to write the buffer's files into")
+            self.storage_device = torch.device("cpu")
+            self.path = Path(run_dir) / MEMMAP_DIR
+            self.path.mkdir(parents=True, exist_ok=True)
+            store = LazyMemmapStorage(self.capacity, scratch_dir=str(self.path), device="cpu", existsok=True)
+        else:
+            raise ValueError(f"storage must be 'memory' or 'memmap', got {storage!r}")
+        self.generator = torch.Generator(device=self._generator_device())
+        self.generator.manual_seed(int(seed))
+        self._rb = TorchRLReplayBuffer(storage=store, sampler=self._make_sampler(), writer=RoundRobinWriter(),
+                                       generator=self.generator)
+        self._slices: SliceSampler | None = None  # made at the first sample_sequences
+        self._columns: dict | None = None  # the storage's tensors by key, once allocated (_storage_columns)
+
+    # -- what subclasses change ------------------------------------------------------------------------
+
+    def _make_sampler(self) -> Sampler:
+        return RandomSampler()
+
+    def _generator_device(self) -> torch.device:
+        return self.storage_device  # RandomSampler draws indices on the storage's device
+
+    # -- the interface -----------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._rb)
+
+    @property
+    def write_count(self) -> int:
+        """How many transitions were ever written (``len`` stops at ``capacity``)."""
+        return int(self._rb._writer._write_count)
+
+    @property
+    def cursor(self) -> int:
+        """The storage index the next transition is written to (the oldest one once the ring is full)."""
+        return int(self._rb._writer._cursor)
+
+    def extend(self, batch: TensorDictBase) -> torch.Tensor:
+        """Add transitions (any batch shape, flattened); returns the storage indices they were written to.
+
+        A batch larger than the capacity keeps its last ``capacity`` transitions.
+        """
+        if not isinstance(batch, TensorDictBase):
+            raise TypeError(f"a replay buffer stores TensorDicts, got {type(batch).__name__}")
+        if batch.batch_size.numel() == 0:
+            return torch.zeros(0, dtype=torch.long)
+        if batch.ndim != 1:
+            batch = batch.reshape(-1)
+        dropped = max(batch.batch_size.numel() - self.capacity, 0)
+        if dropped:  # written and overwritten at once: only the last ``capacity`` are kept
+            batch = batch[dropped:]
+        columns = self._storage_columns()
+        if columns is not None and columns.keys() == set(batch.keys(include_nested=True, leaves_only=True)):
+            index = self._write(columns, batch)
+        else:  # the first write (TorchRL allocates the storage from it), or one TorchRL must judge
+            index = self._rb.extend(batch)
+            self._columns = None
+        self._rb._writer._write_count += dropped
+        return index
+
+    def _storage_columns(self) -> dict | None:
+        """The storage's tensors by (nested) key once it is allocated, else None. Writing one transition to
+        them directly costs about a third of going through TorchRL's buffer, writer and storage layers, and
+        sampling 256 about half (49 against 133 us, 47 against 91 us on the development machine;
+        ``benchmarks/replay_calls.py``, BENCHMARKS.md): a step-by-step off-policy loop pays both every step."""
+        if self._columns is None and self._rb._storage.initialized:
+            stored = self._rb._storage._storage
+            self._columns = {key: stored.get(key) for key in stored.keys(include_nested=True, leaves_only=True)}
+        return self._columns
+
+    def _write(self, columns: dict, batch: TensorDictBase) -> torch.Tensor:
+        """What TorchRL's round-robin writer does, key by key: write at the cursor, wrapping around the ring."""
+        writer, storage = self._rb._writer, self._rb._storage
+        count, start = batch.batch_size[0], writer._cursor
+        first = min(count, self.capacity - start)  # the part before the ring's end; the rest wraps to 0
+        for key, column in columns.items():
+            values = batch.get(key)
+            column[start:start + first] = values[:first]
+            if first < count:
+                column[:count - first] = values[first:]
+        index = torch.arange(start, start + count, device=self.storage_device) % self.capacity
+        writer._cursor = (start + count) % self.capacity
+        writer._write_count += count
+        storage._len = min(storage._len + count, self.capacity)
+        storage._set_last_cursor((start + count - 1) % self.capacity)  # an int: what TorchRL's readers coerce it to
+        storage._bump_mutation_revision()  # what TorchRL's samplers read to know their caches are stale
+        self._rb._sampler.extend(index)
+        return index
+
+    def sample(self, batch_size: int) -> TensorDictBase:
+        """``batch_size`` transitions drawn uniformly with replacement, on ``device``."""
+        data, _ = self._sample(batch_size)
+        return data
+
+    def sample_sequences(self, batch_size: int, length: int) -> TensorDictBase:
+        """``batch_size // length`` runs of ``length`` consecutive steps of one episode each (drawn with
+        replacement, each run's start uniform over its episode's stored steps), shaped ``[runs, length]``.
+
+        A run never crosses an episode's end, nor a gap where the ring overwrote steps; episodes with fewer
+        than ``length`` stored steps are not drawn from.
+        """
+        if batch_size % length:
+            raise ValueError(f"batch_size ({batch_size}) must be a multiple of the sequence length ({length})")
+        if self._slices is None or self._slices.slice_len != length:
+            self._slices = SliceSampler(slice_len=length, traj_key="episode", step_key="step", fragmented=True,
+                                        strict_length=True, truncated_key=None, init_key=None)
+            self._slices._rng = self.generator
+        if len(self) == 0:
+            raise RuntimeError("cannot sample from an empty replay buffer")
+        try:
+            index, _ = self._slices.sample(self._rb._storage, int(batch_size))
+        except RuntimeError as error:
+            if "sufficient length" not in str(error):
+                raise
+            raise UserError(f"no stored episode has {length} steps yet: lower algorithm.sequence_length or raise "
+                            f"algorithm.learning_starts", path="algorithm.sequence_length") from None
+        data = self._rb._storage[index].reshape(-1, length)
+        return data.to(self.device) if data.device != self.device else data
+
+    def _sample(self, batch_size: int) -> tuple[TensorDictBase, dict[str, Any]]:
+        if len(self) == 0:
+            raise RuntimeError("cannot sample from an empty replay buffer")
+        index, info = self._draw(int(batch_size))
+        columns = self._storage_columns()
+        nested: dict = {}
+        for key, column in columns.items():
+            *parents, leaf = key if isinstance(key, tuple) else (key,)
+            table = nested
+            for parent in parents:
+                table = table.setdefault(parent, {})
+            table[leaf] = column.index_select(0, index).to(self.device)
+        return trusted(nested, batch_size=[len(index)], device=self.device), {"index": index, **info}
+
+    def _draw(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        """The storage indices of one sample, and what else the sampler says about them: uniform here (the
+        draw TorchRL's ``RandomSampler`` makes, from the same generator)."""
+        return torch.randint(0, len(self), (batch_size,), generator=self.generator, device=self.storage_device), {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain tensors and numbers (``weights_only``-loadable); the transitions too with memory storage."""
+        n = len(self)
+        state: dict[str, Any] = {
+            "capacity": self.capacity,
+            "storage": self.storage_kind,
+            "len": n,
+            "cursor": self.cursor,
+            "write_count": self.write_count,
+            "generator": self.generator.get_state(),
+            "sampler": self._sampler_state(),
+        }
+        if self.storage_kind == "memory":
+            state["data"] = self._rb._storage._storage[:n].to_dict() if n else {}
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if int(state["capacity"]) != self.capacity or state["storage"] != self.storage_kind:
+            raise ValueError(f"this state is of a {state['storage']} buffer of capacity {state['capacity']}, not "
+                             f"of a {self.storage_kind} buffer of capacity {self.capacity}")
+        n = int(state["len"])
+        self._rb.empty()
+        self._slices = None  # its index of episodes described the storage as it was
+        self._columns = None  # the storage may be reallocated or reopened below
+        store = self._rb._storage
+        if self.storage_kind == "memory":
+            if n:
+                data = TensorDict(state["data"], batch_size=[n])
+                store.set(torch.arange(n), data.to(self.storage_device))
+        elif n:
+            if not (self.path / "meta.json").exists():
+                raise UserError(f"the replay buffer's files are missing from {self.path}: a run with memmap storage "
+                                f"resumes only where its run directory still holds them")
+            store._storage = TensorDict.load_memmap(self.path)
+            store.initialized = True
+        store._len = n
+        self._rb._writer._cursor = int(state["cursor"])
+        self._rb._writer._write_count = int(state["write_count"])
+        self.generator.set_state(state["generator"])
+        self._load_sampler_state(state["sampler"])
+
+    def _sampler_state(self) -> dict[str, Any]:
+        return {}
+
+    def _load_sampler_state(self, state: dict[str, Any]) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(len={len(self)}, capacity={self.capacity}, storage={self.storage_kind!r})"
+
+
+class SumPrioritySampler(Sampler):
+    """Proportional prioritised sampling (Schaul et al. 2016) in plain torch.
+
+    Each stored item ``i`` has a priority ``p_i`` (``|priority| + eps`` as last given, or the largest
+    priority seen so far when it was written) and is drawn with probability ``P(i) = p_i^alpha / sum_k
+    p_k^alpha``, with replacement, by inverting the cumulative sum of ``p^alpha`` (float64) at uniform
+    draws from the buffer's generator. Importance weights are ``w_i = (N P(i))^-beta / max_k (N P(k))^-beta
+    = (p_i^alpha / min_k p_k^alpha)^-beta`` over the ``N`` stored items (normalised by the largest weight
+    in the whole buffer, as in OpenAI Baselines and TorchRL, so weights lie in ``(0, 1]``).
+
+    Cost: O(capacity) per ``sample`` (a cumulative sum and a minimum over the stored items; about 2 ms at
+    a million items on one CPU core) and O(batch) per ``update_priority``. TorchRL's segment-tree sampler
+    does O(log capacity), but its compiled extension does not load against every torch build.
+    """
+
+    def __init__(self, capacity: int, *, alpha: float, beta: float, eps: float):
+        super().__init__()
+        self.capacity = int(capacity)
+        self.alpha = float(alpha)
+        self.beta = float(beta)
+        self.eps = float(eps)
+        self.max_priority = 1.0
+        self.priorities = torch.zeros(self.capacity, dtype=torch.float64)  # p_i (0: never written)
+        self._powered = torch.zeros(self.capacity, dtype=torch.float64)    # p_i ** alpha
+
+    def _set(self, index: torch.Tensor, priority: torch.Tensor) -> None:
+        self.priorities[index] = priority
+        self._powered[index] = priority.pow(self.alpha)
+
+    def add(self, index: int) -> None:
+        self.extend(torch.as_tensor([index]))
+
+    def extend(self, index: torch.Tensor) -> None:
+        index = torch.as_tensor(index, dtype=torch.long).reshape(-1).cpu()
+        self._set(index, torch.full(index.shape, self.max_priority, dtype=torch.float64))
+
+    def update_priority(self, index, priority, *, storage=None) -> None:
+        index = torch.as_tensor(index).reshape(-1).detach().to("cpu", torch.long)
+        priority = torch.as_tensor(priority).detach().to("cpu", torch.float64).reshape(-1)
+        if priority.numel() == 1 and index.numel() != 1:
+            priority = priority.expand(index.shape)
+        if priority.shape != index.shape:
+            raise ValueError(f"update_priority got {index.numel()} indices and {priority.numel()} priorities")
+        if not torch.isfinite(priority).all():
+            raise ValueError("update_priority got a NaN or infinite priority")
+        if index.numel() and (index.min() < 0 or index.max() >= self.capacity):
+            raise IndexError(f"update_priority got an index outside [0, {self.capacity})")
+        priority = priority.abs() + self.eps
+        self._set(index, priority)  # a repeated index keeps one of its priorities
+        if priority.numel():
+            self.max_priority = max(self.max_priority, float(priority.max()))
+
+    def probabilities(self, n: int) -> torch.Tensor:
+        """``P(i)`` over the first ``n`` items (float64)."""
+        powered = self._powered[:n]
+        return powered / powered.sum()
+
+    def sample(self, storage, batch_size: int) -> tuple[torch.Tensor, dict]:
+        n = len(storage)
+        if n == 0:
+            raise RuntimeError("cannot sample from an empty replay buffer")
+        powered = self._powered[:n]
+        cumulative = powered.cumsum(0)
+        draws = torch.rand(batch_size, dtype=torch.float64, generator=self._rng) * cumulative[-1]
+        index = torch.searchsorted(cumulative, draws, right=True).clamp_(max=n - 1)
+        weight = (powered[index] / powered.min()).pow(-self.beta)
+        return index, {"weight": weight.to(torch.float32)}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"priorities": self.priorities, "max_priority": self.max_priority, "beta": self.beta}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        priorities = state["priorities"].to(torch.float64)
+        if priorities.shape != self.priorities.shape:
+            raise ValueError(f"priorities of shape {tuple(priorities.shape)} for a buffer of capacity {self.capacity}")
+        self.priorities = priorities.clone()
+        self._powered = self.priorities.pow(self.alpha) * (self.priorities > 0)
+        self.max_priority = float(state["max_priority"])
+        self.beta = float(state["beta"])
+
+    def _empty(self) -> None:
+        self.max_priority = 1.0
+        self.priorities.zero_()
+        self._powered.zero_()
+
+    def dumps(self, path):
+        raise NotImplementedError("save the buffer with state_dict()")
+
+    def loads(self, path):
+        raise NotImplementedError("load the buffer with load_state_dict()")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(alpha={self.alpha}, beta={self.beta}, eps={self.eps})"
+
+
+class PrioritizedReplayBuffer(ReplayBuffer):
+    """A ring of transitions sampled in proportion to priority^alpha, with importance weights (see
+    :class:`SumPrioritySampler`).
+
+    ``sample`` adds ``index`` and ``weight``; give the new priorities (e.g. ``|td_error|``, ``eps`` is
+    added) with ``update_priority(sample["index"], priority)``. New transitions get the largest
+    priority seen so far. ``beta`` may be set at any time; ``step(frames)`` sets it on the linear way from
+    its initial value to ``beta_final`` over ``total_frames`` (when known).
+    """
+
+    def __init__(self, capacity: int, *, alpha: float = 0.6, beta: float = 0.4, beta_final: float | None = None,
+                 eps: float = 1e-6, total_frames: int | None = None, **kwargs: Any):
+        self._sampler_args = {"capacity": capacity, "alpha": alpha, "beta": beta, "eps": eps}
+        self.beta_initial = float(beta)
+        self.beta_final = float(beta) if beta_final is None else float(beta_final)
+        self.total_frames = total_frames
+        super().__init__(capacity, **kwargs)
+
+    def _make_sampler(self) -> Sampler:
+        return SumPrioritySampler(**self._sampler_args)
+
+    def _draw(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        return self.sampler.sample(self._rb._storage, batch_size)
+
+    def _generator_device(self) -> torch.device:
+        return torch.device("cpu")  # priorities and draws live on the CPU
+
+    @property
+    def sampler(self) -> SumPrioritySampler:
+        return self._rb._sampler
+
+    @property
+    def alpha(self) -> float:
+        return self.sampler.alpha
+
+    @property
+    def eps(self) -> float:
+        return self.sampler.eps
+
+    @property
+    def beta(self) -> float:
+        return self.sampler.beta
+
+    @beta.setter
+    def beta(self, value: float) -> None:
+        self.sampler.beta = float(value)
+
+    def step(self, frames: int) -> None:
+        """Anneal ``beta`` linearly from its initial value to ``beta_final`` at ``total_frames``."""
+        if not self.total_frames:
+            return
+        progress = min(max(frames / self.total_frames, 0.0), 1.0)
+        self.beta = self.beta_initial + (self.beta_final - self.beta_initial) * progress
+
+    def sample(self, batch_size: int) -> TensorDictBase:
+        """``batch_size`` transitions drawn by priority, with ``index`` and ``weight`` (both ``[batch_size]``)."""
+        data, info = self._sample(batch_size)
+        data.set("index", info["index"].to(self.device))
+        data.set("weight", info["weight"].to(self.device))
+        return data
+
+    def sample_sequences(self, batch_size: int, length: int) -> TensorDictBase:
+        raise UserError(SEQUENCES_NEED_UNIFORM, path="algorithm.replay_buffer")
+
+    def update_priority(self, index: torch.Tensor, priority: torch.Tensor) -> None:
+        """Set the priorities of the transitions at ``index`` to ``|priority| + eps``."""
+        self.sampler.update_priority(index, priority)
+
+    def probabilities(self) -> torch.Tensor:
+        """Each stored transition's sampling probability ``P(i)`` (float64, ``[len]``)."""
+        return self.sampler.probabilities(len(self))
+
+    def _sampler_state(self) -> dict[str, Any]:
+        return self.sampler.state_dict()
+
+    def _load_sampler_state(self, state: dict[str, Any]) -> None:
+        self.sampler.load_state_dict(state)
+
+
+__all__ = ["ReplayBuffer", "PrioritizedReplayBuffer", "SumPrioritySampler", "MEMMAP_DIR", "SEQUENCES_NEED_UNIFORM"]

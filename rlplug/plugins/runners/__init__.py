@@ -1,0 +1,71 @@
+"""Runners: where a run's experience is collected, in this process (``local``) or on Ray workers (``ray``).
+Factories import torch, TorchRL and Ray only when built, so listing and validating stay quick and work
+without Ray installed. What a runner and the collector it gives must provide: :class:`rlplug.registry.protocols.Runner`."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from rlplug.registry.hookspecs import hookimpl
+from rlplug.registry.schema import Check, Range
+
+#: ``auto`` (the cluster this machine belongs to), ``ray://host:port`` (Ray Client) or ``host:port`` (a head node)
+ADDRESS = re.compile(r"auto|ray://[^\s:/]+:\d{1,5}|[^\s:/]+:\d{1,5}")
+RAY_OPTIONS = ("num_cpus", "num_gpus", "memory")
+
+
+def address_problem(address: str) -> str | None:
+    if ADDRESS.fullmatch(address):
+        return None
+    return (f"'{address}' is not a Ray address; use 'auto' (a cluster started with 'ray start'), "
+            f"'ray://HOST:PORT' or 'HOST:PORT', or leave runner.address out for a local Ray instance")
+
+
+def resources_problem(resources: dict) -> str | None:
+    if resources.get("num_cpus", 1) <= 0 and not any(v > 0 for v in resources.values()):
+        return "a worker needs some resource (num_cpus > 0, say)"
+    return None
+
+
+def make_local():
+    """Collect in the training process (the default)."""
+    from rlplug.plugins.runners.local import LocalRunner
+
+    return LocalRunner()
+
+
+def make_ray(
+    #: remote collectors stepping envs (each a Ray actor, by default one CPU each)
+    workers: Annotated[int, Range(ge=1)] = 2,
+    #: unset: a local Ray instance started for the run (and stopped after it); "auto" or "ray://HOST:PORT" for
+    #: an existing cluster
+    address: Annotated[str, Check(address_problem)] | None = None,
+    #: Ray resources of each worker: num_cpus, num_gpus, memory (bytes) or custom resources by name;
+    #: unset: { num_cpus = 1 }
+    resources_per_worker: Annotated[dict[str, Annotated[float, Range(ge=0)]], Check(resources_problem)] | None = None,
+    #: "experience": workers collect, the learner updates on their batches; "gradients": each worker also
+    #: computes the update's gradients on its own batch and the learner averages and applies them
+    mode: Literal["experience", "gradients"] = "experience",
+    #: how often Ray restarts a worker that dies (-1: always); the rollout it was collecting is collected
+    #: again, and the worker_restarts metric counts the restarts
+    max_restarts: Annotated[int, Range(ge=-1)] = 3,
+):
+    """Collect on Ray workers (TorchRL's RayCollector), the learner in this process.
+
+    Weights go to every worker after each update; the ``policy_lag``, ``weight_sync_ms`` and
+    ``worker_restarts`` metrics say how fresh they were. Needs ``pip install "rlplug[ray]"``.
+    """
+    from rlplug.plugins.runners.ray.cluster import ray_module
+    from rlplug.plugins.runners.ray.runner import RayRunner
+
+    ray_module()  # a one-line error now, before anything is built, where Ray is not installed
+    resources = dict(resources_per_worker) if resources_per_worker is not None else {"num_cpus": 1.0}
+    return RayRunner(workers=workers, address=address, resources_per_worker=resources, mode=mode,
+                     max_restarts=max_restarts)
+
+
+@hookimpl
+def rlplug_register_runners(register):
+    register("local", make_local)
+    register("ray", make_ray)

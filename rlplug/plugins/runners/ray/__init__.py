@@ -1,0 +1,27 @@
+"""The ``ray`` runner: experience collected on Ray workers, the learner in the training process.
+
+``ray`` runs TorchRL's
+:class:`~torchrl.collectors.distributed.RayCollector`: TorchRL creates the Ray actors, dispatches their
+rollouts (synchronously, or first come, first served for asynchronous algorithms such as IMPALA) and pushes
+weights to them. What runs inside each actor is :mod:`.worker`'s ``WorkerCollector``, a TorchRL ``BaseCollector``
+around rlplug's own collector, so workers step their envs on the same fast road as a local run (TorchRL's
+TensorDict-per-step collector costs several times more per CartPole step; BENCHMARKS.md). In gradient mode
+(``mode = "gradients"``) the same actors also hold a copy of the algorithm and compute the update's gradients
+on their own rollouts (:mod:`.gradients`; the protocol is :class:`~rlplug.plugins.algorithms.onpolicy.base.OnPolicy`'s).
+
+Choices that differ from TorchRL's defaults, and why:
+
+- Weights travel through Ray's object store (TorchRL's ``RayWeightUpdater``: one ``ray.put`` per update,
+  a fire-and-forget call per worker, ordered before that worker's next rollout), not through TorchRL's newer
+  ``RayWeightSyncScheme``, which joins the driver and workers in one fixed-size gloo process group that a
+  restarted worker cannot rejoin. Worker restarts (``max_restarts``) are the point of the fault handling.
+- Every pushed set of weights carries a version (the learner's update count); each rollout reports the
+  version it was collected with, which gives the ``policy_lag`` metric, and its worker's process id, which
+  gives ``worker_restarts``.
+- Rollouts and weights cross processes as consolidated TensorDicts (one buffer): a third of the transfer
+  time of a TensorDict of separate tensors.
+
+The modules: :mod:`.runner` (the recipe's ``[runner]`` options), :mod:`.cluster` (connecting to Ray, resources),
+:mod:`.worker` (what runs in each Ray actor), :mod:`.collection` (the learner's side: batches, weights,
+restarts) and :mod:`.gradients` (gradient mode).
+"""

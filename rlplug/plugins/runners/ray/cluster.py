@@ -1,0 +1,82 @@
+"""Connecting to Ray (a local instance for the run, or a cluster) and checking it has what the workers ask
+for. ``runner`` is the recipe's :class:`~rlplug.plugins.runners.ray.runner.RayRunner`."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import warnings
+
+from rlplug.errors import UserError
+
+
+def ray_module():
+    """``ray``, or the one-line error that says how to get it."""
+    try:
+        import ray
+    except ImportError:
+        raise UserError('the ray runner needs Ray: pip install "rlplug[ray]" (or pip install ray)',
+                        path="runner.use") from None
+    return ray
+
+
+def connect_ray(runner) -> bool:
+    """Connect to the runner's Ray cluster, or start a local instance; True when this call started Ray.
+
+    A Ray already initialised in this process (a test fixture, a user's own ``ray.init``) is used as it is.
+    """
+    ray = ray_module()
+    if ray.is_initialized():
+        return False
+    # log_to_driver off: workers report failures as exceptions; their log lines (and Ray's notes on tasks retried
+    # after a restart) would only clutter the console
+    options = dict(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    if runner.address is None:
+        # "local": a new instance for this run, never a cluster that RAY_ADDRESS or 'ray start' points at; enough
+        # logical CPUs for the workers asked for, even on a smaller machine (oversubscribed rather than stuck)
+        needed = math.ceil(runner.remote_options()["num_cpus"] * runner.workers)
+        ray.init(address="local", num_cpus=max(os.cpu_count() or 1, needed), **options)
+        return True
+    problem = unreachable(runner.address)
+    if problem is None:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                ray.init(address=runner.address, **options)
+            return True
+        except Exception as error:  # ConnectionError, ValueError, RuntimeError, grpc's: all the same to a user
+            text = str(error).strip()
+            problem = text.splitlines()[0][:200] if text else type(error).__name__
+    raise UserError(f"cannot connect to the Ray cluster at '{runner.address}' ({problem}); start one with "
+                    f"'ray start --head', or leave runner.address out for a local Ray instance",
+                    path="runner.address")
+
+
+def unreachable(address: str, timeout: float = 5.0) -> str | None:
+    """Why nothing answers at ``address`` (``host:port`` or ``ray://host:port``), or None; ``ray.init`` itself
+    retries an address where nothing listens for minutes before it gives up."""
+    import socket
+
+    if address == "auto":
+        return None
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            return None
+    except OSError as error:
+        return error.strerror or type(error).__name__
+
+
+def check_resources(runner) -> None:
+    """A clear error instead of workers waiting forever for resources the cluster does not have."""
+    ray = ray_module()
+    total = ray.cluster_resources()
+    options = runner.remote_options()
+    wanted = {"CPU": options["num_cpus"] * runner.workers, "GPU": options.get("num_gpus", 0) * runner.workers,
+              **{k: v * runner.workers for k, v in options.get("resources", {}).items()}}
+    for name, amount in wanted.items():
+        if amount > total.get(name, 0) + 1e-9:
+            raise UserError(f"{runner.workers} workers with resources_per_worker {dict(runner.resources_per_worker)} "
+                            f"need {amount:g} {name}, and the Ray cluster has {total.get(name, 0):g}; use fewer "
+                            f"workers or smaller resources_per_worker", path="runner.workers")

@@ -1,0 +1,323 @@
+"""The learner's side of the ``ray`` runner: batches from the workers, weights to them, restarts, statistics."""
+
+from __future__ import annotations
+
+import sys
+import time
+import warnings
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from rlplug.core.episodes import EpisodeTracker
+from rlplug.errors import UserError
+from rlplug.plugins.runners.ray.cluster import check_resources, connect_ray, ray_module
+from rlplug.plugins.runners.ray.gradients import GradientWorkerSpec, gradient_mode_problem, gradient_update
+from rlplug.plugins.runners.ray.worker import (WORKER_KEY, EnvMaker, standalone_copy, weights_updater_class,
+                                              worker_collector_class)
+from rlplug.registry import protocols
+from rlplug.registry.protocols import capability
+
+
+class RayCollection:
+    """The ``ray`` runner's collector: TorchRL's RayCollector over :class:`WorkerCollector` actors.
+
+    - Synchronous (on-policy algorithms): each ``collect()`` asks every worker for one rollout and stacks
+      them. The recipe's envs are split between the workers where ``num_envs`` divides evenly (the learner
+      sees exactly the batch a local run gives it); otherwise each worker runs the whole env and collects
+      its share of ``frames_per_batch``. After every update ``sync_weights()`` pushes the new weights to all
+      workers before their next rollout: the policy lag is zero, unless a worker restarted.
+    - Asynchronous (``algorithm.asynchronous``, IMPALA): each worker runs the recipe's whole env and
+      collects ``frames_per_batch`` at a time; ``collect()`` returns the first rollout ready, and that
+      worker gets the newest weights before it starts its next one, while the others keep collecting with
+      the weights they have. The learner corrects for the lag (V-trace); ``policy_lag`` says how large it is.
+
+    Workers are started when this is built (so that a bad address, missing resources or an env that fails
+    to build on a worker is an error before training), stopped by :meth:`shutdown`, and started again by a
+    later :meth:`collect` (the Python API may train a run in several pieces).
+    """
+
+    def __init__(self, runner, env, policy, frames_per_batch: int, seed: int, *, recipe, algorithm=None):
+        self.runner, self.policy, self.seed, self.recipe = runner, policy, seed, recipe
+        self.algorithm = algorithm
+        self.device = torch.device(recipe.run.device)
+        self.asynchronous = bool(capability(algorithm, protocols.Algorithm.asynchronous))
+        self.gradients = runner.mode == "gradients"
+        if self.gradients:
+            problem = gradient_mode_problem(algorithm)
+            if problem:
+                raise UserError(problem, path="runner.mode")
+        workers = runner.workers
+        self.recipe_envs = envs = max(1, env.batch_size.numel())
+        splittable = "num_envs" in recipe.env.params and envs % workers == 0 and not self.asynchronous
+        self.envs_per_worker = envs // workers if splittable else envs
+        self.worker_frames = frames_per_batch if self.asynchronous else frames_per_batch // workers
+        shares = 1 if self.asynchronous else workers
+        if frames_per_batch % (shares * self.envs_per_worker):
+            raise UserError(f"frames_per_batch ({frames_per_batch}) must split evenly over {shares} worker(s) of "
+                            f"{self.envs_per_worker} envs each (a multiple of {shares * self.envs_per_worker})",
+                            path="algorithm.frames_per_batch")
+        self.tracker = EpisodeTracker(self.envs_per_worker * workers)
+        self.steps = self.worker_frames // self.envs_per_worker
+        self.version = 0
+        self.restarts = 0
+        self.failures = 0
+        self.explained_variance = float("nan")
+        self.pids: dict[int, int] = {}
+        self.lags: list[float] = []
+        self.sync_seconds = 0.0
+        self.wait_seconds = 0.0
+        self.worker_seconds = 0.0
+        self.collections = 0
+        self.started_ray = False
+        self.ray_collector = None
+        self.iterator = None
+        self.statistics_state: dict | None = None
+        self.env_has_statistics = False
+        self.start()
+
+    # -- lifecycle ------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        ray = ray_module()
+        self.started_ray = connect_ray(self.runner) or self.started_ray
+        try:
+            check_resources(self.runner)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                from torchrl.collectors.distributed import RayCollector
+
+            runner, workers = self.runner, self.runner.workers
+            shadow = standalone_copy(self.policy)
+            source = TensorDict.from_module(self.policy).data
+            learner = GradientWorkerSpec(self.recipe, self.runner.workers) if self.gradients else None
+            kwargs = [{"seed": self.worker_seed(i, self.seed), "threads": 1, "learner": learner}
+                      for i in range(workers)]
+            split = self.envs_per_worker if self.envs_per_worker != self.recipe_envs else None
+            makers = [EnvMaker(self.recipe.env, "cpu", split) for _ in range(workers)]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # TorchRL's notes on deprecated updaters and remote devices
+                self.ray_collector = RayCollector(
+                    makers, shadow, collector_class=worker_collector_class(), collector_kwargs=kwargs,
+                    frames_per_batch=self.worker_frames * (1 if self.asynchronous else workers),
+                    total_frames=sys.maxsize, sync=not self.asynchronous, remote_configs=runner.remote_options(),
+                    update_after_each_batch=self.asynchronous, weight_updater=self.make_updater(source),
+                )
+            self.updater.version = self.version
+            # every worker answers once before training starts: an env that cannot be built there fails now
+            try:
+                actors = self.ray_collector.remote_collectors
+                answers = ray.get([actor.cascade_execute.remote("statistics") for actor in actors])
+            except ray.exceptions.RayActorError as error:
+                raise RuntimeError(f"a Ray worker could not start: {last_line_of(error)}") from None
+            self.env_has_statistics = bool(answers[0])
+            if self.statistics_state:
+                self.load_statistics(self.statistics_state)
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def make_updater(self, source: TensorDictBase):
+        self.updater = weights_updater_class()(source)
+        return self.updater
+
+    def worker_seed(self, index: int, seed: int) -> int:
+        """Worker ``index``'s env seed: its envs continue the numbering of the envs before it."""
+        return seed + index * self.envs_per_worker
+
+    def shutdown(self) -> None:
+        """Stop the workers (and the Ray instance, where this run started it); a later collect() restarts them."""
+        collector, self.ray_collector, self.iterator = self.ray_collector, None, None
+        if collector is not None:
+            try:
+                if self.env_has_statistics:
+                    self.statistics_state = self._statistics(collector)
+            except Exception:
+                pass
+            try:
+                collector.shutdown(timeout=5.0)
+            except Exception:
+                pass
+        if self.started_ray:
+            import ray
+
+            ray.shutdown()
+            self.started_ray = False
+
+    # -- collection -----------------------------------------------------------------------------------------
+
+    def collect(self) -> TensorDictBase:
+        if self.ray_collector is None:
+            self.start()
+        if self.gradients:
+            return self._collect_for_gradients()
+        if self.iterator is None:
+            self.iterator = self.ray_collector.iterator()
+        started = time.perf_counter()
+        recollected = 0
+        while True:
+            try:
+                batch = next(self.iterator)
+            except ray_module().exceptions.RayActorError as error:
+                self.worker_died(error)
+                continue
+            if not self.asynchronous:
+                batch = batch.reshape(-1, self.steps)  # [workers, envs, time] -> [workers * envs, time]
+            info = batch.pop(WORKER_KEY)
+            self.note_workers(info)
+            if self.asynchronous or bool((info.get("version") == self.version).all()) or recollected == 2:
+                break
+            recollected += 1
+            # A restarted worker collected with the weights it was first built with (or missed the last push
+            # while it restarted): on-policy learners get the batch again, every worker with the current weights.
+            self.ray_collector.update_policy_weights_()
+        self.wait_seconds += time.perf_counter() - started
+        return self.received(batch, info)
+
+    def worker_died(self, error: Exception) -> None:
+        """A worker died during its rollout: Ray restarts it (up to ``max_restarts`` times) and collection
+        starts over once every worker answers; TorchRL's iterator ends with the error, so a new one takes its
+        place."""
+        self.failures += 1
+        self.wait_for_workers(error)
+        if self.iterator is not None:
+            self.iterator = self.ray_collector.iterator()
+
+    def wait_for_workers(self, cause: Exception, timeout: float = 300.0) -> None:
+        """Until every worker answers; a worker Ray will not restart again (``max_restarts`` used up) or that
+        does not come back within ``timeout`` seconds ends the run with the error that killed it."""
+        ray = ray_module()
+        deadline = time.monotonic() + timeout
+        for index, actor in enumerate(self.ray_collector.remote_collectors):
+            while True:
+                try:
+                    ray.get(actor.__ray_ready__.remote(), timeout=max(1.0, deadline - time.monotonic()))
+                    break
+                except ray.exceptions.ActorUnavailableError:  # restarting
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"Ray worker {index} did not come back within {timeout:g} s of dying "
+                                           f"({one_line_of(cause)})") from cause
+                    time.sleep(0.2)
+                except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as error:
+                    raise RuntimeError(f"Ray worker {index} died and was not restarted (runner.max_restarts = "
+                                       f"{self.runner.max_restarts}): {one_line_of(cause)}") from error
+
+    def note_workers(self, info: TensorDictBase) -> bool:
+        """Count the workers whose process changed since their last rollout (restarted); True if any did."""
+        first = (slice(None), 0)
+        restarted = False
+        for worker, pid in zip(info.get("worker")[first].tolist(), info.get("pid")[first].tolist()):
+            if self.pids.get(worker, pid) != pid:
+                self.restarts += 1
+                restarted = True
+                rows = slice(worker * self.envs_per_worker, (worker + 1) * self.envs_per_worker)
+                self.tracker.running[rows] = 0.0  # its episodes were cut short: not counted
+            self.pids[worker] = pid
+        return restarted
+
+    def received(self, batch: TensorDictBase, info: TensorDictBase) -> TensorDictBase:
+        """Bookkeeping of a batch from the workers (lag, episode returns); the batch as the learner wants it."""
+        first = (slice(None), 0)
+        workers = info.get("worker")[first].numpy()
+        self.lags.append(float((self.version - info.get("version")[first]).double().mean()))
+        self.worker_seconds += float(info.get("seconds")[first].max())
+        self.collections += 1
+        # tracker rows: worker w's envs are rows w * envs_per_worker onwards (a synchronous batch is all of them)
+        rows = workers * self.envs_per_worker + np.arange(len(workers)) % self.envs_per_worker
+        rewards = batch.get(("next", "reward")).reshape(len(rows), -1).cpu().numpy()
+        dones = batch.get(("next", "done")).reshape(len(rows), -1).cpu().numpy()
+        self.tracker.add(rewards, dones, rows)
+        return batch if self.device.type == "cpu" else batch.to(self.device)
+
+    def restart(self, seed: int) -> None:
+        """Every env starts a new episode from ``seed`` at its next rollout (each worker's envs numbered on)."""
+        self.tracker.running[:] = 0.0
+        if self.ray_collector is None:
+            self.seed = seed
+            return
+        try:
+            self.ray_collector.map_fn("restart", [(self.worker_seed(i, seed),) for i in range(self.runner.workers)])
+        except ray_module().exceptions.RayActorError as error:  # a restarted worker starts new episodes anyway
+            self.worker_died(error)
+
+    def sync_weights(self) -> None:
+        """After an update: the learner's weights become the next version, pushed to every worker before its
+        next rollout (an asynchronous worker gets them when it hands in its current one)."""
+        self.version += 1
+        if self.ray_collector is None:
+            return
+        started = time.perf_counter()
+        self.updater.version = self.version
+        if self.gradients:  # weights travel with every call to the workers
+            return
+        if not self.asynchronous or self.iterator is None:
+            self.ray_collector.update_policy_weights_()
+        self.sync_seconds += time.perf_counter() - started
+
+    def metrics(self) -> dict[str, float]:
+        """Since the last call: mean policy lag (learner updates between the weights a rollout was collected
+        with and the learner's), time spent publishing weights and waiting for rollouts, restarts so far."""
+        result = {"worker_restarts": float(self.restarts)}
+        if self.collections:
+            result.update(policy_lag=float(np.mean(self.lags)), weight_sync_ms=1000 * self.sync_seconds /
+                          self.collections, wait_ms=1000 * self.wait_seconds / self.collections,
+                          worker_collect_ms=1000 * self.worker_seconds / self.collections)
+        self.lags, self.sync_seconds, self.wait_seconds, self.worker_seconds, self.collections = [], 0.0, 0.0, 0.0, 0
+        return result
+
+    # -- env statistics (running normalisation) --------------------------------------------------------------
+
+    def statistics(self) -> dict:
+        """The first worker's env statistics (each worker keeps its own), for evaluation and checkpoints."""
+        if self.ray_collector is None:
+            return self.statistics_state or {}
+        if not self.env_has_statistics:
+            return {}
+        return self._statistics(self.ray_collector)
+
+    def _statistics(self, collector) -> dict:
+        import ray
+
+        return ray.get(collector.remote_collectors[0].cascade_execute.remote("statistics"))
+
+    def load_statistics(self, state: dict) -> None:
+        self.statistics_state = state or None
+        if self.ray_collector is not None and state:
+            self.ray_collector.map_fn("load_statistics", [(state,)] * self.runner.workers)
+
+    # -- gradient mode --------------------------------------------------------------------------------------
+
+    def _collect_for_gradients(self) -> TensorDictBase:
+        """Every worker collects a rollout with the current weights and keeps it; the batch returned holds only
+        what the loop counts and tracks (rewards and dones), ``[envs, time]`` like any batch."""
+        algorithm = self.algorithm
+        progress = (algorithm.frames + self.worker_frames * self.runner.workers) / algorithm.total_frames
+        started = time.perf_counter()
+        weights = ray_module().put(algorithm.get_weights())
+        try:
+            parts = self.ray_collector.map_fn("prepare", [(weights, self.version, progress)] * self.runner.workers)
+        except ray_module().exceptions.RayActorError as error:
+            self.worker_died(error)
+            return self._collect_for_gradients()
+        self.wait_seconds += time.perf_counter() - started
+        batch = torch.cat(parts, 0)
+        info = batch.pop(WORKER_KEY)
+        self.note_workers(info)
+        self.explained_variance = float(batch.pop("explained_variance")[:, 0].double().mean())
+        return self.received(batch, info)
+
+    def update(self, algorithm, batch: TensorDictBase) -> dict[str, float]:
+        """The algorithm's own update, or in gradient mode its data-parallel form (:func:`gradient_update`)."""
+        return gradient_update(self, algorithm, batch) if self.gradients else algorithm.update(batch)
+
+
+def last_line_of(error: BaseException) -> str:
+    """The last line of a remote traceback: the exception the worker raised."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else type(error).__name__
+
+
+def one_line_of(error: BaseException) -> str:
+    text = str(error).strip()
+    return (text.splitlines()[0][:300] if text else type(error).__name__)

@@ -1,0 +1,39 @@
+"""The ``ray`` runner's options (the recipe's ``[runner]`` table) and the collector it gives a run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlplug.plugins.runners.ray.collection import RayCollection
+
+
+@dataclass(frozen=True)
+class RayRunner:
+    """``workers`` Ray actors step envs with the learner's latest weights; the learner stays in this process."""
+
+    workers: int = 2
+    address: str | None = None
+    resources_per_worker: dict[str, float] = field(default_factory=lambda: {"num_cpus": 1.0})
+    mode: str = "experience"
+    max_restarts: int = 3
+
+    def remote_options(self) -> dict[str, Any]:
+        """``ray.remote`` options for one worker actor: its resources and restart policy."""
+        known = {"num_cpus", "num_gpus", "memory"}
+        options: dict[str, Any] = {k: v for k, v in self.resources_per_worker.items() if k in known}
+        options.setdefault("num_cpus", 1.0)
+        if "memory" in options:
+            options["memory"] = int(options["memory"])
+        custom = {k: float(v) for k, v in self.resources_per_worker.items() if k not in known}
+        if custom:
+            options["resources"] = custom
+        # Ray restarts a worker that dies; the rollout it was collecting is lost, and RayCollection asks again.
+        options.update(max_restarts=self.max_restarts, max_task_retries=0)
+        return options
+
+    def collector(self, env, policy, frames_per_batch: int, seed: int, *, recipe=None, algorithm=None,
+                  **_context) -> RayCollection:
+        if recipe is None:
+            raise TypeError("the ray runner builds the recipe's env on each worker: pass recipe=")
+        return RayCollection(self, env, policy, frames_per_batch, seed, recipe=recipe, algorithm=algorithm)

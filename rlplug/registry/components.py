@@ -1,0 +1,134 @@
+"""Validated, not yet built components, and the annotations that ask for them.
+
+A factory parameter annotated with one of the classes below takes a nested component: in a recipe, a
+table with a ``use`` key (or just its name as a string). The factory receives it validated but unbuilt,
+and builds it when it has the context it needs, e.g. ``policy.build(observation_spec=..., action_spec=...,
+role="policy")``: the env must exist before a network can be sized from its specs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from rlplug.errors import UserError
+
+if TYPE_CHECKING:
+    from rlplug.registry.registry import ComponentSpec
+
+
+@dataclass(frozen=True)
+class Component:
+    """A component chosen and checked by a recipe (or ``rlplug.make``), ready to build."""
+
+    kind: ClassVar[str] = "component"
+
+    spec: "ComponentSpec"
+    params: Mapping[str, Any] = field(default_factory=dict)
+    path: str = ""
+
+    def build(self, **context: Any) -> Any:
+        """Call the factory with the validated parameters and the context names it asks for; what it returns
+        is checked against its kind's protocol (:mod:`rlplug.registry.protocols`).
+
+        A factory that raises anything but a :class:`UserError` (which already says what the user can do) is
+        reported in one line naming the component and its plugin; ``RLPLUG_DEBUG=1`` shows the traceback.
+        """
+        from rlplug.registry.protocols import PROTOCOLS, conform
+
+        wanted = {name: value for name, value in context.items() if name in self.spec.schema.context}
+        try:
+            built = self.spec.factory(**self.params, **wanted)
+        except UserError:
+            raise
+        except Exception as error:  # a plugin's bug, or what it could not build here: named, in one line
+            raise ComponentFailure(f"{self.title} failed while being built: {type(error).__name__}: {error}",
+                                   original=error) from error
+        protocol = PROTOCOLS.get(self.kind)
+        return built if protocol is None else conform(protocol, built, self.title)
+
+    @property
+    def title(self) -> str:
+        """The component and who provides it, for messages: ``network 'mlp' (plugin rlplug 0.1.0)``."""
+        return f"{self.kind} '{self.spec.name}' (plugin {self.spec.plugin} {self.spec.version})"
+
+    def with_params(self, **changes: Any) -> "Component":
+        """The same component with some parameters replaced (values the caller knows to be valid)."""
+        return replace(self, params={**self.params, **changes})
+
+    def resolved(self) -> dict[str, Any]:
+        """The table this component stands for, with every default filled in and the name qualified."""
+        table: dict[str, Any] = {"use": self.spec.qualified_name}
+        for name, value in self.params.items():
+            table[name] = as_data(value)
+        return table
+
+
+def as_data(value: Any, *, for_display: bool = False) -> Any:
+    """``value`` as recipe data: components as their tables, dataclasses as tables, tuples as lists.
+    ``for_display``: None entries of tables dropped (TOML has no null) and anything TOML cannot hold shown as
+    its repr."""
+    if isinstance(value, Component):
+        value = value.resolved()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [as_data(v, for_display=for_display) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k) if for_display else k: as_data(v, for_display=for_display) for k, v in value.items()
+                if not (for_display and v is None)}
+    if for_display and not (value is None or isinstance(value, (bool, int, float, str))):
+        return repr(value)
+    return value
+
+
+class ComponentFailure(UserError):
+    """A component's factory raised while building it."""
+
+
+class Env(Component):
+    kind = "env"
+
+    def with_copies(self, count: int) -> "Env":
+        """The same env with ``count`` copies where it takes ``num_envs``, else itself."""
+        return self.with_params(num_envs=count) if "num_envs" in self.params else self
+
+
+class Algorithm(Component):
+    kind = "algorithm"
+
+
+class Estimator(Component):
+    kind = "estimator"
+
+
+class Logger(Component):
+    kind = "logger"
+
+
+class Network(Component):
+    kind = "network"
+
+
+class ReplayBuffer(Component):
+    kind = "replay_buffer"
+
+
+class Noise(Component):
+    kind = "noise"
+
+
+class Preprocessor(Component):
+    kind = "preprocessor"
+
+
+class Runner(Component):
+    kind = "runner"
+
+
+#: kind name -> annotation class, for the kinds that hooks register.
+COMPONENT_TYPES: dict[str, type[Component]] = {
+    c.kind: c for c in (Env, Algorithm, Estimator, Logger, Network, ReplayBuffer, Noise, Preprocessor, Runner)
+}

@@ -1,0 +1,314 @@
+"""What a component of each kind must be: one ``typing.Protocol`` per kind, checked when the component is built.
+
+Each protocol lists the members rlplug calls. Members marked :func:`optional` are called where an object has
+them and skipped where it has not (a capability: running statistics, an array step, a video hook...);
+code reads them with :func:`capability`, never by probing names of its own. Every other member is required:
+when a factory returns an object without one, :func:`conform` stops the run before training with one line
+naming the component, its plugin and the member. The hookspecs (:mod:`rlplug.registry.hookspecs`) point here.
+
+Only typing is imported: signatures name torch and TorchRL types as strings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from rlplug.errors import UserError, one_line
+
+
+def optional(member: Callable) -> Callable:
+    """Marks a protocol member as optional: rlplug uses it where an object has it."""
+    member.__rlplug_optional__ = True
+    return member
+
+
+def members(protocol: type) -> dict[str, bool]:
+    """``name -> required`` for every member a protocol declares (methods, properties and annotated fields)."""
+    found: dict[str, bool] = {}
+    for klass in reversed(protocol.__mro__):
+        if klass in (object, Protocol) or not getattr(klass, "_is_protocol", False):
+            continue
+        for name in getattr(klass, "__annotations__", {}):
+            found[name] = True
+        for name, value in vars(klass).items():
+            if name.startswith("_") and name not in ("__call__", "__len__"):
+                continue
+            function = value.fget if isinstance(value, property) else value
+            if callable(function):
+                found[name] = not getattr(function, "__rlplug_optional__", False)
+    return found
+
+
+class Env(Protocol):
+    """An env: a TorchRL ``EnvBase`` (batched or not) is one. rlplug steps it with TensorDicts, or with arrays
+    where it offers the array step."""
+
+    observation_spec: Any
+    action_spec: Any
+    batch_size: Any
+
+    def set_seed(self, seed: int) -> Any: ...
+
+    def reset(self, tensordict: Any = None) -> Any: ...
+
+    def step_and_maybe_reset(self, tensordict: Any) -> tuple[Any, Any]: ...
+
+    def close(self) -> None: ...
+
+    @optional
+    def statistics(self) -> dict[str, Any]:
+        """What the env learns while it runs (running normalisation): plain tensors and numbers, saved in
+        checkpoints and copied (frozen) into the evaluation env."""
+
+    @optional
+    def load_statistics(self, state: dict[str, Any]) -> None:
+        """Put back what :meth:`statistics` returned (of an env built with the same options)."""
+
+    @optional
+    def set_training(self, training: bool) -> None:
+        """False: statistics frozen and rewards in the env's own units (evaluation)."""
+
+    @optional
+    def normalize_observation(self, observation: Any) -> Any:
+        """A numpy observation as the policy sees it (``Agent.select_action``)."""
+
+    @property
+    @optional
+    def supports_tensor_steps(self) -> bool:
+        """Whether :meth:`reset_arrays` and :meth:`step_arrays` may be used now: the array road, which
+        collects without a TensorDict per step."""
+
+    @optional
+    def reset_arrays(self, seed: int | None = None) -> Any:
+        """Every env reset; the observations as one numpy array ``[envs, ...]``."""
+
+    @optional
+    def step_arrays(self, action: Any) -> Any:
+        """One step with gymnasium-format actions; ``(next_observation, reward, terminated, truncated,
+        observation)`` as numpy arrays, ``observation`` where each env goes on from (a new episode's first
+        where one ended: same-step autoreset)."""
+
+
+class Algorithm(Protocol):
+    """An algorithm: what collects (``policy``), how much per update, the update itself, and its state."""
+
+    #: a TensorDict module writing ``action`` (and the log-probability, for on-policy learners)
+    policy: Any
+    #: frames (over all envs) collected for each update
+    frames_per_batch: int
+
+    def update(self, batch: Any) -> dict[str, float]:
+        """Learn from a batch ``[envs, time]`` in TorchRL's layout; returns metrics (plain numbers)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain tensors and numbers (checkpoints load with ``weights_only=True``)."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    @property
+    @optional
+    def parameters(self) -> list:
+        """The tensors checked for NaN after every update (default: the policy's parameters)."""
+
+    @property
+    @optional
+    def asynchronous(self) -> bool:
+        """True when it learns from experience collected with older weights (IMPALA): the ``ray`` runner
+        then hands it rollouts first come, first served."""
+
+    @optional
+    def networks(self) -> dict[str, Any]:
+        """The networks by name, for loggers that record weights (default: ``policy`` and ``critic``)."""
+
+    @optional
+    def get_weights(self) -> Any:
+        """pytorchrl's protocol, for Ray's gradient workers: the trained parameters."""
+
+    @optional
+    def set_weights(self, weights: Any) -> None: ...
+
+    @optional
+    def compute_gradients(self, minibatch: Any, *args: Any, **kwargs: Any) -> Any: ...
+
+    @optional
+    def apply_gradients(self, gradients: Any) -> Any: ...
+
+
+class Estimator(Protocol):
+    """An advantage or value-target estimator: a TensorDict module over ``[*batch, time]`` data writing
+    ``advantage`` and/or ``value_target``."""
+
+    def __call__(self, tensordict: Any) -> Any: ...
+
+
+class Network(Protocol):
+    """A network: a TensorDict module (``TensorDictModuleBase``) for the role it was built for."""
+
+    in_keys: Any
+    out_keys: Any
+
+    def __call__(self, tensordict: Any) -> Any: ...
+
+    def parameters(self) -> Any: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> Any: ...
+
+
+class Logger(Protocol):
+    """A logger: called after every update and evaluation, closed once however the run ends."""
+
+    def log(self, metrics: dict[str, float], frames: int) -> None: ...
+
+    def close(self, summary: dict[str, Any]) -> None: ...
+
+    @optional
+    def log_video(self, path: Any, frames: int) -> None:
+        """Called with each evaluation video (``eval.video = true``)."""
+
+
+class ReplayBuffer(Protocol):
+    """A replay buffer of transitions."""
+
+    def extend(self, batch: Any) -> Any: ...
+
+    def sample(self, batch_size: int) -> Any: ...
+
+    def __len__(self) -> int: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+    @optional
+    def update_priority(self, index: Any, priority: Any) -> None:
+        """Prioritised buffers: new priorities for a sample's ``index`` (samples then also hold ``weight``)."""
+
+    @optional
+    def step(self, frames: int) -> None:
+        """Schedules of the buffer's own (a prioritised buffer's importance-weight exponent)."""
+
+    @optional
+    def sample_sequences(self, batch_size: int, length: int) -> Any:
+        """Sequences of one episode's consecutive steps, for recurrent networks."""
+
+
+class Noise(Protocol):
+    """Exploration noise: a TensorDict module adding noise to ``action`` while exploring."""
+
+    def __call__(self, tensordict: Any) -> Any: ...
+
+    def step(self, frames: int) -> None: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> Any: ...
+
+    @optional
+    def reset(self, done: Any) -> None:
+        """Restart the noise of the envs whose episode ended (temporally correlated noise)."""
+
+    @optional
+    def act_on(self, action: Any) -> Any:
+        """The noisy action for an action tensor: lets collection skip the TensorDict per step."""
+
+
+class Preprocessor(Protocol):
+    """An observation preprocessor: a module from a tensor to a tensor, learning its statistics in train mode."""
+
+    def __call__(self, observation: Any) -> Any: ...
+
+    def train(self, mode: bool = True) -> Any: ...
+
+    def eval(self) -> Any: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> Any: ...
+
+
+class Runner(Protocol):
+    """Where experience is collected: the runner gives the run its :class:`Collector`."""
+
+    def collector(self, env: Any, policy: Any, frames_per_batch: int, seed: int, **context: Any) -> Any:
+        """A :class:`Collector`; ``context`` holds ``recipe`` and ``algorithm``, for runners whose workers
+        build envs of their own or need to know the algorithm."""
+
+
+class Collector(Protocol):
+    """What a runner's ``collector(...)`` returns: batches in TorchRL's ``[envs, time]`` layout."""
+
+    #: episode returns as they come (``episodes``, ``recent_return()``): :class:`rlplug.core.episodes.EpisodeTracker`
+    tracker: Any
+
+    def collect(self) -> Any: ...
+
+    def restart(self, seed: int) -> None:
+        """Every env starts a new episode from ``seed`` at the next collection."""
+
+    def sync_weights(self) -> None:
+        """After every update: the policy's new weights reach wherever collection happens."""
+
+    def shutdown(self) -> None:
+        """When training ends, however it ends; a later ``collect()`` may start again."""
+
+    @optional
+    def metrics(self) -> dict[str, float]:
+        """Logged with each update (policy lag, restarts...)."""
+
+    @optional
+    def statistics(self) -> dict[str, Any]:
+        """The envs' statistics where they live elsewhere (Ray workers)."""
+
+    @optional
+    def load_statistics(self, state: dict[str, Any]) -> None: ...
+
+    @optional
+    def update(self, algorithm: Any, batch: Any) -> dict[str, float]:
+        """The update done its own way (Ray's gradient workers), instead of ``algorithm.update(batch)``."""
+
+
+#: kind -> the protocol its components follow.
+PROTOCOLS: dict[str, type] = {
+    "env": Env, "algorithm": Algorithm, "estimator": Estimator, "logger": Logger, "network": Network,
+    "replay_buffer": ReplayBuffer, "noise": Noise, "preprocessor": Preprocessor, "runner": Runner,
+}
+
+
+class ContractError(UserError):
+    """A plugin's component that is not what its kind must be: the plugin's mistake, named as such."""
+
+
+def conform(protocol: type, value: Any, what: str) -> Any:
+    """``value`` if it has every required member of ``protocol``; else :class:`ContractError` naming ``what``
+    (the component and its plugin) and the first member missing."""
+    missing = [name for name, required in members(protocol).items() if required and not hasattr(value, name)]
+    if missing:
+        shown = "None" if value is None else f"a {type(value).__name__}"
+        raise ContractError(f"{what} returned {shown} without '{missing[0]}', which every {protocol.__name__.lower()} "
+                            f"must have ({protocol.__module__}.{protocol.__qualname__}); this is the plugin's "
+                            f"mistake: tell its author")
+    return value
+
+
+def capability(value: Any, member: Callable) -> Any:
+    """The optional protocol ``member`` (e.g. ``Collector.metrics``) of ``value``, bound, or None where
+    ``value`` does not have it."""
+    function = member.fget if isinstance(member, property) else member
+    if not getattr(function, "__rlplug_optional__", False):
+        raise TypeError(f"{function.__qualname__} is not an optional protocol member")
+    return getattr(value, function.__name__, None)
+
+
+def checked_metrics(metrics: Any, what: str) -> dict[str, float]:
+    """An update's metrics if they are a dict of plain numbers; else :class:`ContractError` naming ``what``."""
+    if not isinstance(metrics, dict):
+        raise ContractError(f"{what}: update() returned {type(metrics).__name__}, not a dict of metrics")
+    for name, value in metrics.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise ContractError(one_line(f"{what}: update() returned the metric '{name}' as "
+                                         f"{type(value).__name__} {value!r}; metrics must be plain numbers "
+                                         f"(float(tensor) or tensor.item())"))
+    return metrics

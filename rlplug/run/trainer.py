@@ -1,0 +1,347 @@
+"""The training loop: build a validated recipe, collect, update, evaluate, log, save.
+
+Everything that can fail because of the user's input is checked before the run directory exists, so a
+bad recipe leaves nothing behind; once training starts, whatever happens, the loggers are closed and
+``summary.json`` says how the run ended.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import math
+import time
+import warnings
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tomli_w
+import torch
+from torchrl.envs import EnvBase
+
+from rlplug.core.process import prepare_process, quiet_torchrl, seed_everything
+from rlplug.core.training import NonFiniteError, all_finite, storages_of
+from rlplug.errors import UserError
+from rlplug.recipe import Recipe, validate
+from rlplug.registry import protocols
+from rlplug.registry.protocols import capability, checked_metrics, conform
+from rlplug.run.checkpoints import CHECKPOINT_FORMAT, load_checkpoint, rng_state, set_rng_state
+from rlplug.run.directory import check_run_dir, ensure_writable, write_atomically
+from rlplug.core.envs import env_statistics
+from rlplug.run.evaluation import build_eval_env, evaluate
+
+quiet_torchrl()
+
+
+class TrainingDiverged(UserError):
+    """A loss, gradient or parameter became NaN or infinite."""
+
+
+#: Metrics that are NaN when undefined, not when training broke: the explained variance of a batch whose
+#: value targets are all equal (a critic saturated on a solved task can make them so).
+MAY_BE_UNDEFINED = ("explained_variance",)
+
+
+@dataclass
+class Run:
+    """A recipe built and ready to train into ``run_dir``; :meth:`train` may be called several times."""
+
+    recipe: Recipe
+    run_dir: Path
+    env: EnvBase
+    eval_env: EnvBase
+    algorithm: Any
+    #: what the recipe's runner gives: collect(), tracker, restart(seed), sync_weights(), shutdown()
+    collector: Any
+    frames: int = 0
+    iterations: int = 0
+    train_seconds: float = 0.0
+    eval_returns: list[float] = field(default_factory=list)
+    stop_reason: str | None = None
+    video_env: Any = None
+    _parameter_storages: list | None = field(default=None, repr=False)
+
+    @classmethod
+    def build(cls, recipe: Recipe, run_dir: Path, *, resuming: bool = False) -> "Run":
+        if not resuming:
+            check_run_dir(run_dir)
+        settings = recipe.run
+        prepare_process(settings.num_threads)
+        seed_everything(settings.seed)
+        env = recipe.env.build(device=settings.device)
+        eval_env = build_eval_env(recipe)
+        algorithm = recipe.algorithm.build(
+            observation_spec=env.observation_spec, action_spec=env.action_spec, device=settings.device,
+            seed=settings.seed, total_frames=settings.total_frames, run_dir=run_dir,
+        )
+        runner = recipe.runner.build(device=settings.device, seed=settings.seed)
+        ensure_writable(run_dir)
+        video_env = None
+        if recipe.eval.video:  # opened now: an env that cannot render is a clear error before any training
+            from rlplug.run.video import open_video_env
+
+            video_env = open_video_env(recipe, {})
+        # Last, as it may start workers elsewhere (the ray runner): every other check has passed by now.
+        collector = conform(protocols.Collector, runner.collector(
+            env, algorithm.policy, algorithm.frames_per_batch, seed=settings.seed, recipe=recipe, algorithm=algorithm,
+        ), f"{recipe.runner.title}'s collector()")
+        return cls(recipe, run_dir, env, eval_env, algorithm, collector, video_env=video_env)
+
+    def train(self, max_frames: int | None = None, max_episodes: int | None = None, max_iters: int | None = None,
+              eval_every: int | None = None) -> dict[str, Any]:
+        """Train to the recipe's ``total_frames``, or until the first limit given (counted from this call).
+
+        Evaluates every ``eval_every`` frames (default: the recipe's ``eval.every_frames``) and at the end;
+        checkpoints every ``run.checkpoint_every_frames`` and at the end; stops early, with a checkpoint,
+        when :meth:`request_stop` is called (by a signal handler, say). ``summary.json`` is written however
+        the call ends.
+        """
+        recipe, settings = self.recipe, self.recipe.run
+        tracker = self.collector.tracker
+        stop_frames = min(settings.total_frames, self.frames + max_frames if max_frames else settings.total_frames)
+        stop_episodes = tracker.episodes + max_episodes if max_episodes else None
+        stop_iters = self.iterations + max_iters if max_iters else None
+        eval_every = recipe.eval.every_frames if eval_every is None else eval_every
+        next_eval, next_checkpoint = next_multiple(self.frames, eval_every), \
+            next_multiple(self.frames, settings.checkpoint_every_frames)
+
+        ensure_writable(self.run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        write_atomically(self.run_dir / "recipe.toml", tomli_w.dumps(recipe.resolved()).encode())
+        loggers: list = []
+        started, frames_before = time.perf_counter(), self.frames
+        summary: dict[str, Any] = {"status": "failed"}
+        self.stop_reason = None
+        try:
+            for logger in recipe.loggers:  # inside the try: one that fails to start still gets the others closed
+                loggers.append(logger.build(run_dir=self.run_dir, total_frames=settings.total_frames, frames=self.frames,
+                                            networks=self.networks()))
+            while self.frames < stop_frames and (stop_episodes is None or tracker.episodes < stop_episodes) \
+                    and (stop_iters is None or self.iterations < stop_iters) and self.stop_reason is None:
+                batch = self.collector.collect()
+                self.frames += batch.numel()
+                self.iterations += 1
+                metrics = self.guarded_update(batch)
+                self.collector.sync_weights()
+                recent = tracker.recent_return()
+                runner_metrics = capability(self.collector, protocols.Collector.metrics)
+                metrics = {"fps": (self.frames - frames_before) / (time.perf_counter() - started),
+                           "episodes": tracker.episodes, **({"episode_return": recent} if recent is not None else {}),
+                           **(runner_metrics() if runner_metrics else {}), **metrics}
+                _log(loggers, metrics, self.frames)
+                if next_eval is not None and next_eval <= self.frames < stop_frames:
+                    next_eval = next_multiple(self.frames, eval_every)
+                    self.evaluate(loggers)
+                if next_checkpoint is not None and next_checkpoint <= self.frames < settings.total_frames:
+                    next_checkpoint = next_multiple(self.frames, settings.checkpoint_every_frames)
+                    self.checkpoint()
+                    self.collector.restart(seed=episode_seed(settings.seed, self.frames))
+            if self.stop_reason is not None:
+                self.checkpoint()
+                summary = {"status": "interrupted", "signal": self.stop_reason}
+            else:
+                self.evaluate(loggers)
+                self.checkpoint()
+                summary = {"status": "finished" if self.frames >= settings.total_frames else "paused"}
+        except TrainingDiverged:
+            summary = {"status": "diverged"}
+            raise
+        except KeyboardInterrupt:
+            summary = {"status": "interrupted"}
+            raise
+        finally:
+            self.train_seconds += time.perf_counter() - started
+            try:  # workers elsewhere stop whatever way training ends (a later train() starts them again)
+                self.collector.shutdown()
+            except Exception as error:  # never hides why training ended
+                warnings.warn(f"the runner did not shut down cleanly: {type(error).__name__}: {error}")
+            summary.update(self.summary())
+            write_atomically(self.run_dir / "summary.json", (json.dumps(summary, indent=2) + "\n").encode())
+            for logger in loggers:
+                logger.close(summary)
+        return summary
+
+    @classmethod
+    def resume(cls, run_dir: Path) -> "Run":
+        """The run in ``run_dir``, built from its checkpoint's recipe and state, ready to train on."""
+        checkpoint = run_dir / "checkpoint.pt"
+        if not checkpoint.exists():
+            what = "no run directory" if not run_dir.is_dir() else "no checkpoint.pt in it"
+            raise UserError(f"{run_dir}: {what}; resume takes the directory of a run that wrote a checkpoint")
+        return cls.from_checkpoint(checkpoint, run_dir, resuming=True)[0]
+
+    @classmethod
+    def from_checkpoint(cls, path: Path, run_dir: Path, *, changes: dict[str, Any] | None = None,
+                        resuming: bool = False) -> tuple["Run", dict[str, Any]]:
+        """The run a checkpoint holds, built from the checkpoint's own recipe into ``run_dir`` and loaded with its
+        state (the one way a run is rebuilt: ``rlplug resume``, ``rlplug eval`` and :meth:`rlplug.Agent.load`); ``changes`` replace top-level recipe tables' keys first (``{"eval": {"episodes": 5}}``).
+
+        Returns ``(run, state)``. A file that loads as tensors but does not fit its own recipe (tampered, or
+        truncated by hand) is refused with one line, never half-used.
+        """
+        state = load_checkpoint(path)
+        data = state.get("recipe")
+        if not isinstance(data, dict):
+            raise UserError(f"{path}: not an rlplug checkpoint (it holds no recipe)")
+        data = copy.deepcopy(data)
+        for table, values in (changes or {}).items():
+            current = data.get(table, {})
+            if not isinstance(current, dict):
+                raise UserError(f"{path}: not a usable rlplug checkpoint (its recipe's {table} is not a table)")
+            data[table] = {**current, **values} if "use" not in values else dict(values)
+        run = cls.build(validate(data, file=str(path)), run_dir, resuming=resuming)
+        try:
+            run.load_state_dict(state)
+        except UserError as error:
+            raise UserError(f"{path}: {error}") from error
+        except (KeyError, TypeError, ValueError, RuntimeError, IndexError, AttributeError) as error:
+            detail = " ".join(f"{type(error).__name__}: {error}".split())[:200]
+            raise UserError(f"{path}: not a usable rlplug checkpoint, its contents do not fit its recipe "
+                            f"({detail})") from error
+        return run, state
+
+    def env_statistics(self) -> dict[str, Any]:
+        """The training envs' statistics: the collector's where its envs live elsewhere (ray workers)."""
+        statistics = capability(self.collector, protocols.Collector.statistics)
+        return statistics() if statistics else env_statistics(self.env)
+
+    def networks(self) -> dict[str, torch.nn.Module]:
+        """The algorithm's networks by name, for loggers that record weights."""
+        networks = capability(self.algorithm, protocols.Algorithm.networks)
+        return networks() if networks else {"policy": self.algorithm.policy}
+
+    def request_stop(self, reason: str) -> None:
+        """Stop after the current iteration, with a checkpoint (safe to call from a signal handler)."""
+        self.stop_reason = reason
+
+    def parameter_storages(self) -> list[torch.Tensor]:
+        """What the NaN check reads: the algorithm's parameters by storage (see :func:`storages_of`), found
+        once (loading a checkpoint copies into the same tensors)."""
+        if self._parameter_storages is None:
+            parameters = capability(self.algorithm, protocols.Algorithm.parameters) or self.algorithm.policy.parameters()
+            self._parameter_storages = storages_of(list(parameters))
+        return self._parameter_storages
+
+    def guarded_update(self, batch) -> dict[str, float]:
+        """The algorithm's update, stopped with a clear error when a loss, gradient or parameter turns
+        non-finite; the last checkpoint on disk is the last good one."""
+        try:
+            # a runner may do the update itself (gradient workers: theirs averaged, then applied here)
+            update = capability(self.collector, protocols.Collector.update)
+            metrics = update(self.algorithm, batch) if update else self.algorithm.update(batch)
+            metrics = checked_metrics(metrics, self.recipe.algorithm.title)
+            broken = next((name for name, value in metrics.items()
+                           if not math.isfinite(value) and name not in MAY_BE_UNDEFINED), None)
+            if broken is None and not all_finite(self.parameter_storages()):
+                broken = "a network parameter"
+        except NonFiniteError as error:
+            broken = error.quantity
+        if broken is None:
+            return metrics
+        latest = self.run_dir / "checkpoint.pt"
+        kept = f"the last good checkpoint is {latest}" if latest.exists() else "no checkpoint was written yet"
+        raise TrainingDiverged(f"training diverged: {broken} is not finite at iteration {self.iterations} "
+                               f"(frame {self.frames}); {kept}; try a lower algorithm.lr or set "
+                               f"algorithm.max_grad_norm")
+
+    def checkpoint(self) -> Path:
+        """Write ``checkpoint.pt`` (the latest) and ``checkpoints/frames-N.pt`` (the last K), atomically."""
+        data = io.BytesIO()
+        torch.save(self.state_dict(), data)
+        kept = self.run_dir / "checkpoints"
+        kept.mkdir(exist_ok=True)
+        write_atomically(kept / f"frames-{self.frames:012d}.pt", data.getvalue())
+        for old in sorted(kept.glob("frames-*.pt"))[:-self.recipe.run.keep_checkpoints]:
+            old.unlink()
+        latest = self.run_dir / "checkpoint.pt"
+        write_atomically(latest, data.getvalue())
+        return latest
+
+    def summary(self) -> dict[str, Any]:
+        returns = self.eval_returns
+        return {
+            "frames": self.frames, "episodes": self.collector.tracker.episodes, "iterations": self.iterations,
+            "eval_return_mean": float(np.mean(returns)) if returns else None,
+            "eval_return_std": float(np.std(returns)) if returns else None,
+            "train_return_recent": self.collector.tracker.recent_return(),
+            "wall_time_s": round(self.train_seconds, 3), "seed": self.recipe.run.seed, "run_dir": str(self.run_dir),
+        }
+
+    def evaluate(self, loggers: list = ()) -> list[float]:
+        """The deterministic policy on the eval env, with the train env's statistics (frozen), if it has any."""
+        statistics = self.env_statistics()
+        if statistics:
+            self.eval_env.load_statistics(statistics)
+            self.eval_env.set_training(False)
+        self.eval_returns = evaluate(self.eval_env, self.algorithm.policy, self.recipe.eval.episodes,
+                                     seed=self.recipe.run.seed + 10_000)
+        _log(loggers, {"eval_return_mean": float(np.mean(self.eval_returns)),
+                       "eval_return_std": float(np.std(self.eval_returns))}, self.frames)
+        if self.video_env is not None:
+            self.film_evaluation(loggers, statistics)
+        return self.eval_returns
+
+    def film_evaluation(self, loggers: list, statistics: dict[str, Any]) -> Path:
+        """One deterministic episode, filmed, from the evaluation's first start state; handed to loggers."""
+        from rlplug.run.video import env_name, record_video
+
+        if statistics:
+            self.video_env.load_statistics(statistics)
+            self.video_env.set_training(False)
+        path = self.run_dir / "videos" / f"frames-{self.frames:012d}.mp4"
+        record_video(self.video_env, self.algorithm.policy, path, env_id=env_name(self.recipe), episodes=1,
+                     seed=self.recipe.run.seed + 10_000)
+        for logger in loggers:
+            log_video = capability(logger, protocols.Logger.log_video)
+            if log_video:
+                log_video(path, self.frames)
+        return path
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a checkpoint holds: plain tensors and numbers, loadable with ``weights_only=True``."""
+        return {"format": CHECKPOINT_FORMAT, "recipe": self.recipe.resolved(), "algorithm": self.algorithm.state_dict(),
+                "env": self.env_statistics(),
+                "frames": self.frames, "iterations": self.iterations, "episodes": self.collector.tracker.episodes,
+                "train_seconds": self.train_seconds, "rng": rng_state(),
+                "saved_at": datetime.now(timezone.utc).isoformat()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a checkpoint: the same parameters, optimiser, statistics, counters and random
+        states, and every env starting a new episode from the seed that the uninterrupted run used there."""
+        self.algorithm.load_state_dict(state["algorithm"])
+        self.collector.sync_weights()  # workers elsewhere act with the loaded weights from their next rollout
+        if state.get("env"):
+            self.env.load_statistics(state["env"])
+            load = capability(self.collector, protocols.Collector.load_statistics)
+            if load:
+                load(state["env"])
+        self.frames, self.iterations = state["frames"], state["iterations"]
+        self.collector.tracker.episodes = state["episodes"]
+        self.train_seconds = state.get("train_seconds", 0.0)
+        set_rng_state(state["rng"])
+        self.collector.restart(seed=episode_seed(self.recipe.run.seed, self.frames))
+
+    def save_checkpoint(self, path: Path) -> None:
+        buffer = io.BytesIO()
+        torch.save(self.state_dict(), buffer)
+        write_atomically(path, buffer.getvalue())
+
+
+def next_multiple(frames: int, every: int) -> int | None:
+    """The first multiple of ``every`` after ``frames`` (None when ``every`` is 0: never)."""
+    return (frames // every + 1) * every if every else None
+
+
+def episode_seed(seed: int, frames: int) -> int:
+    """The seed every env restarts from at a checkpoint taken at ``frames``: a resumed run uses the same."""
+    return (seed * 1_000_003 + frames) % 2**31
+
+
+
+def _log(loggers: list, metrics: dict[str, float], frames: int) -> None:
+    for logger in loggers:
+        logger.log(metrics, frames)

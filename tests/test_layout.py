@@ -1,0 +1,119 @@
+"""The package's shape: no import cycles (function-level imports count), modules that fit on a few screens,
+and plugin registration that never loads torch."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "rlplug"
+MAX_LINES = 450
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+
+
+def imported_modules(name: str, path: Path) -> set[str]:
+    """The rlplug modules ``path`` imports anywhere in its body, except under ``if TYPE_CHECKING:`` (never run)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            for alias in node.names:  # `from package import module` imports the module
+                found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return {module for module in found if module in MODULES and module != name}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of the graph as the list of its modules, or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for target in sorted(graph[node]):
+            if state.get(target) == 1:
+                return path[path.index(target):] + [target]
+            if target not in state:
+                cycle = visit(target)
+                if cycle:
+                    return cycle
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            cycle = visit(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_no_import_cycles():
+    graph = {name: imported_modules(name, path) for name, path in MODULES.items()}
+    cycle = find_cycle(graph)
+    assert cycle is None, " -> ".join(cycle)
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_modules_fit_on_a_few_screens(name):
+    lines = len(MODULES[name].read_text().splitlines())
+    assert lines <= MAX_LINES, f"{MODULES[name]} has {lines} lines (at most {MAX_LINES}): split it by what it holds"
+
+
+def test_listing_and_validating_never_load_torch():
+    script = ("import sys, rlplug.recipe as r\n"
+              "r.load('recipes/cartpole-ppo.toml')\n"
+              "print(sorted(m for m in ('torch', 'torchrl', 'tensordict') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", script], cwd=PACKAGE.parent, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_each_hookspec_states_the_context_its_kind_is_given():
+    """One list of context names per kind (``hookspecs.CONTEXT``), the same in each hook's docstring and in
+    docs/writing-plugins.md's table."""
+    import re
+
+    from rlplug.registry import hookspecs
+
+    docs = (PACKAGE.parent / "docs" / "writing-plugins.md").read_text()
+    for kind, hook in hookspecs.HOOKS.items():
+        doc = getattr(hookspecs, hook).__doc__
+        line = re.search(r"Context: (.*?)(?:\.|\n\n|$)", doc, re.S).group(1)
+        assert re.findall(r"``(\w+)``", line) == list(hookspecs.CONTEXT[kind]), hook
+        row = re.search(rf"^\| `{hook}` \|.*$", docs, re.M)
+        assert row, f"docs/writing-plugins.md has no row for {hook}"
+        assert re.findall(r"`(\w+)`", row.group(0).split("|")[-2]) == list(hookspecs.CONTEXT[kind]), hook
