@@ -92,12 +92,14 @@ def test_toml_syntax_error_names_the_line(tmp_path):
         ("run.device=cuda:0", ["run.device", "not available"]),
     ],
 )
+@pytest.mark.slow
 def test_bad_overrides_are_one_line_errors(tmp_path, override, fragments):
     out = tmp_path / "run"
     assert_user_error(run_cli("run", str(CANONICAL), "--out", str(out), "--set", override), *fragments)
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_frames_per_batch_must_fit_the_envs(tmp_path):
     out = tmp_path / "run"
     result = run_cli("run", str(CANONICAL), "--out", str(out), "--set", "algorithm.frames_per_batch=250")
@@ -105,6 +107,7 @@ def test_frames_per_batch_must_fit_the_envs(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_existing_run_directory_is_never_overwritten(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
@@ -113,6 +116,7 @@ def test_existing_run_directory_is_never_overwritten(tmp_path):
     assert (out / "precious.txt").read_text() == "keep me"
 
 
+@pytest.mark.slow
 def test_short_canonical_run_fills_the_run_directory(tmp_path):
     out = tmp_path / "run"
     result = run_cli("run", str(CANONICAL), "--out", str(out), *SHORT, "--set", "algorithm.lr=3e-4",
@@ -195,6 +199,7 @@ def test_bad_seed_lists_are_user_errors(text):
         parse_seeds(text)
 
 
+@pytest.mark.slow
 def test_run_with_seeds_writes_each_run_the_aggregate_and_a_plot(tmp_path):
     out = tmp_path / "seeds"
     result = run_cli("run", str(CANONICAL), "--out", str(out), "--seeds", "0-1", "--set", "run.total_frames=1024",
@@ -211,6 +216,7 @@ def test_run_with_seeds_writes_each_run_the_aggregate_and_a_plot(tmp_path):
     assert conflict.returncode == 2 and "--seeds" in conflict.stderr
 
 
+@pytest.mark.slow
 def test_start_up_hides_ray_and_mujoco_and_freezes_what_it_builds(tmp_path):
     """Start-up costs a local run of rlplug's own components avoids: TorchRL importing Ray (~0.4 s) and MuJoCo
     (~0.2 s) whenever they are installed, and the garbage collector scanning the imported modules and built

@@ -249,6 +249,7 @@ def test_algorithm_fields_are_described_from_their_config_class():
 # --- init ----------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["ppo", "a2c"])
 def test_init_writes_a_commented_recipe_that_runs(tmp_path, algorithm):
     result = run_cli("init", algorithm, "--env", "CartPole-v1", timeout=60)
@@ -284,6 +285,7 @@ def test_init_writes_a_commented_recipe_that_runs(tmp_path, algorithm):
     assert (tmp_path / "run" / "summary.json").exists()
 
 
+@pytest.mark.slow
 def test_init_with_another_network_and_a_plugin_env():
     pytest.importorskip("rlplug_example_plugin")  # examples/rlplug-example-plugin, installed for the test suite
     result = run_cli("init", "vpg", "--env", "example:corridor", "--network", "sequential", timeout=60)
@@ -310,6 +312,7 @@ def test_init_rejects_unknown_names_in_one_line(args, fragments):
 # --- new-plugin ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_new_plugin_scaffolds_a_package_that_registers_and_passes_its_tests(tmp_path, monkeypatch):
     result = run_cli("new-plugin", "tidepools", "--dir", str(tmp_path), timeout=60)
     assert result.returncode == 0, result.stderr

@@ -62,6 +62,7 @@ def stats(stdout: str) -> tuple[float, float, float, float]:
 # -- eval ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_eval_prints_statistics_and_leaves_the_run_untouched(runs):
     run_dir = runs["seed0"]
     before = snapshot(run_dir)
@@ -75,6 +76,7 @@ def test_eval_prints_statistics_and_leaves_the_run_untouched(runs):
     assert snapshot(run_dir) == before
 
 
+@pytest.mark.slow
 def test_eval_repeats_the_runs_own_final_evaluation(runs):
     """Same checkpoint, same episodes (the recipe's), same start states, deterministic: the same mean."""
     import json
@@ -86,6 +88,7 @@ def test_eval_repeats_the_runs_own_final_evaluation(runs):
     assert mean == pytest.approx(summary["eval_return_mean"], rel=1e-3)
 
 
+@pytest.mark.slow
 def test_eval_video_is_an_mp4_of_the_same_episode(runs, tmp_path):
     """The video's episode starts where the evaluation's does and sees the same normalised observations,
     so the deterministic policy earns exactly the same return there."""
@@ -109,6 +112,7 @@ def test_eval_video_is_an_mp4_of_the_same_episode(runs, tmp_path):
     assert snapshot(runs["normalised"]) == before
 
 
+@pytest.mark.slow
 def test_eval_video_without_a_renderer_is_one_line_before_evaluating(runs, tmp_path):
     fake = tmp_path / "fake"
     (fake / "pygame").mkdir(parents=True)
@@ -139,6 +143,7 @@ class Payload:
         return (os.system, (f"touch {self.marker}",))
 
 
+@pytest.mark.slow
 def test_eval_errors_are_one_line(runs, tmp_path):
     one_line_error(run_cli("eval", str(tmp_path / "missing")), "missing", "no such directory")
     (tmp_path / "empty").mkdir()
@@ -215,6 +220,7 @@ def test_plot_errors_are_one_line(runs, tmp_path):
     assert not Path(out).exists()
 
 
+@pytest.mark.slow
 def test_evaluation_videos_during_training_reach_wandb(tmp_path):
     recipe = tmp_path / "recipe.toml"
     recipe.write_text(CANONICAL.read_text().replace('use = "csv"', 'use = "wandb"'))

@@ -169,6 +169,7 @@ def run_with(path: Path, tmp_path: Path, *overrides: str, **env: str):
     return rlplug_cli(*args, path=path, timeout=120, **env), out
 
 
+@pytest.mark.slow
 def test_an_algorithm_factory_that_returns_none_is_one_line_naming_it(contract_plugin, tmp_path):
     result, out = run_with(contract_plugin, tmp_path, 'algorithm={use="nothing"}')
     line = one_error_line(result)
@@ -176,6 +177,7 @@ def test_an_algorithm_factory_that_returns_none_is_one_line_naming_it(contract_p
     assert "plugin's mistake" in line and not out.exists()
 
 
+@pytest.mark.slow
 def test_metrics_that_are_not_numbers_are_refused_in_one_line(contract_plugin, tmp_path):
     result, out = run_with(contract_plugin, tmp_path, 'algorithm={use="tensor-metrics"}')
     line = one_error_line(result)
@@ -184,6 +186,7 @@ def test_metrics_that_are_not_numbers_are_refused_in_one_line(contract_plugin, t
     assert not (out / "metrics.csv").exists() or "tensor(" not in (out / "metrics.csv").read_text()
 
 
+@pytest.mark.slow
 def test_a_factory_that_raises_is_one_line_naming_it_and_a_traceback_under_debug(contract_plugin, tmp_path):
     result, _ = run_with(contract_plugin, tmp_path, 'env={use="broken-env"}')
     line = one_error_line(result)

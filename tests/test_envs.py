@@ -339,6 +339,7 @@ def assert_cli_user_error(result, *fragments: str) -> None:
     (["env.id=Pendulum-v1", 'env.wrappers=[{name = "DiscretizeAction", kwargs = {bins = 3, multidiscrete = true}}]'],
      ["cartpole-ppo.toml", "env:", "MultiDiscrete action space"]),
 ])
+@pytest.mark.slow
 def test_cli_reports_env_mistakes_in_one_line(tmp_path, overrides, fragments):
     out = tmp_path / "run"
     arguments = [item for override in overrides for item in ("--set", override)]

@@ -33,6 +33,9 @@ SHORT = ["--set", "run.total_frames=1024", "--set", "eval.episodes=2"]
 STEPS = [256, 512, 768, 1024]
 FAKE_KEY = "local-0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c"  # shaped like a W&B key, valid nowhere
 
+#: Whole runs and subprocesses: the full suite's, not the fast tier's.
+pytestmark = pytest.mark.slow
+
 
 # --- helpers --------------------------------------------------------------------------------------------
 

@@ -271,6 +271,7 @@ def recipe_with_plain_policy(tmp_path):
     return write_recipe(tmp_path, text.replace(old, '[algorithm.policy]\nuse = "mlp"\n'))
 
 
+@pytest.mark.slow
 def test_cli_rejects_an_unknown_layer_in_one_line(tmp_path):
     recipe = recipe_with_plain_policy(tmp_path)
     out = tmp_path / "run"

@@ -106,6 +106,7 @@ def test_polyak_update_over_flat_parameters_is_the_same_formula(tau, seed):
 
 # -- training --------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(METRICS))
 def test_every_algorithm_trains_reports_and_evaluates_without_exploration(tmp_path, name):
     agent = agent_for(tmp_path, name)
@@ -186,6 +187,7 @@ def assert_same(a, b, where: str = "") -> None:
     ("pendulum-sac", {}),
     ("cartpole-dqn", {}),
 ])
+@pytest.mark.slow
 def test_checkpoint_round_trip_then_training_goes_on(tmp_path, name, extra):
     agent = agent_for(tmp_path, name, **{"algorithm.observation_preprocessor": "running-standard-scaler", **extra})
     agent.train(max_frames=200)
@@ -215,6 +217,7 @@ def test_checkpoint_round_trip_then_training_goes_on(tmp_path, name, extra):
     assert all(math.isfinite(v) for v in last_losses(loaded_agent).values())
 
 
+@pytest.mark.slow
 def test_a_run_stopped_at_a_checkpoint_and_loaded_ends_exactly_where_one_left_alone_does(tmp_path):
     stateful = {"run.checkpoint_every_frames": 200, "algorithm.observation_preprocessor": "running-standard-scaler",
                 "algorithm.exploration_noise": {"use": "ornstein-uhlenbeck"},
@@ -300,6 +303,7 @@ def test_reward_shaping_is_applied_to_stored_rewards(tmp_path):
 
 @pytest.mark.parametrize("name, loss", [("pendulum-td3", "loss_critic"), ("pendulum-sac", "loss_critic"),
                                         ("cartpole-dqn", "loss_q")])
+@pytest.mark.slow
 def test_mixed_precision_runs_on_the_cpu_close_to_full_precision(tmp_path, name, loss):
     first = {}
     for mixed in (False, True):

@@ -30,6 +30,9 @@ SMALL = {"run": {"total_frames": 2048, "checkpoint_every_frames": 0}, "eval": {"
          "loggers": [{"use": "csv"}]}
 RAY = {"runner": {"use": "ray", "workers": 2}}
 
+#: Whole runs and subprocesses: the full suite's, not the fast tier's.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def ray_instance():

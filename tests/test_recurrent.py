@@ -105,6 +105,7 @@ def test_the_recipe_trains_and_sampled_sequences_stay_inside_one_episode(tmp_pat
     assert stored.get("is_init").squeeze(-1).eq(stored.get("step") == 0).all()
 
 
+@pytest.mark.slow
 def test_a_checkpoint_brings_the_recurrent_agent_back_exactly(tmp_path):
     agent = agent_for(tmp_path)
     agent.train(max_frames=200)
@@ -151,6 +152,7 @@ def test_recipe_mistakes_are_one_line_errors_naming_the_key(tmp_path, overrides,
     assert "\n" not in message and all(f in message for f in fragments), message
 
 
+@pytest.mark.slow
 def test_cli_reports_a_bad_observation_index_in_one_line(tmp_path):
     out = tmp_path / "run"
     result = run_cli("run", str(RECIPE), "--out", str(out), "--set", "env.observation_indices=[0,7]")

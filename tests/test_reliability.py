@@ -25,6 +25,9 @@ SMALL = ["--set", "run.total_frames=12288", "--set", "run.checkpoint_every_frame
          "--set", "eval.episodes=2", "--set", "env.normalize_observations='running'",
          "--set", "env.normalize_rewards=true"]
 
+#: Whole runs and subprocesses: the full suite's, not the fast tier's.
+pytestmark = pytest.mark.slow
+
 
 def start(out: Path, *extra: str) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLPLUG_")}
