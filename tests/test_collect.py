@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from conftest import CANONICAL
 from rlplug import recipe as recipes
-from rlplug.core.acting import ActorView
+from rlplug.core.acting import ActorView, ArrayActor
 from rlplug.core.collect import Collector
 from rlplug.run.evaluation import evaluate
 from rlplug.core.episodes import EpisodeTracker
@@ -120,27 +120,27 @@ def test_continuous_actions_train_end_to_end(tmp_path):
 
 @settings(max_examples=50, deadline=None)
 @given(st.integers(min_value=1, max_value=64), st.floats(min_value=0.1, max_value=10), st.integers(0, 2**31 - 1))
-def test_numpy_policy_gives_the_torch_policys_numbers(cartpole, rows, scale, seed):
-    from rlplug.core.acting import NumpyCategoricalMLP
-
+def test_the_array_actor_gives_the_policys_numbers(cartpole, rows, scale, seed):
+    """What collection records on the array road is the TorchRL policy's distribution: its log-probabilities
+    of the sampled actions, and its mode when deterministic."""
+    actor = ArrayActor.for_policy(cartpole.algorithm.policy, "cpu", seed)
     view = ActorView.of(cartpole.algorithm.policy)
-    numpy_policy = NumpyCategoricalMLP(view, seed)
     observation = (torch.randn(rows, 4, generator=torch.Generator().manual_seed(seed)) * scale).numpy()
-    index, log_prob = numpy_policy.act(observation)
+    index, log_prob = actor.act(observation)
     with torch.no_grad():
         dist = view.distribution(torch.from_numpy(observation))
         one_hot = torch.nn.functional.one_hot(torch.from_numpy(index), 2)
         torch.testing.assert_close(torch.from_numpy(log_prob), dist.log_prob(one_hot), atol=1e-5, rtol=1e-5)
-        mode, _ = numpy_policy.act(observation, deterministic=True)
+        mode, _ = actor.act(observation, deterministic=True)
         assert (mode == dist.probs.argmax(-1).numpy()).all() or torch.allclose(dist.probs[:, 0], dist.probs[:, 1])
 
 
-def test_numpy_policy_samples_with_the_right_frequencies(cartpole):
-    from rlplug.core.acting import NumpyCategoricalMLP
-
+def test_the_array_actor_samples_with_the_policys_frequencies(cartpole):
+    torch.manual_seed(0)
+    actor = ArrayActor.for_policy(cartpole.algorithm.policy, "cpu", seed=0)
     view = ActorView.of(cartpole.algorithm.policy)
     observation = np.repeat(np.array([[0.5, -1.0, 0.2, 1.5]], dtype=np.float32), 20_000, axis=0)
-    index, _ = NumpyCategoricalMLP(view, seed=0).act(observation)
+    index, _ = actor.act(observation)
     with torch.no_grad():
         probability = view.distribution(torch.from_numpy(observation[:1])).probs[0, 1].item()
     assert abs(index.mean() - probability) < 0.02

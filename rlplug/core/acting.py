@@ -9,7 +9,7 @@ and the loss pay only for the arithmetic. Nothing is copied: the view shares the
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -18,7 +18,6 @@ from tensordict.nn import ProbabilisticTensorDictModule, TensorDictModule, Tenso
 from torch.distributions import Categorical, Distribution, OneHotCategorical
 from torchrl.modules import OneHotCategorical as TorchRLOneHotCategorical
 
-from rlplug.core.numpy_mlp import NumpyMLP
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability
 
@@ -38,11 +37,6 @@ class ActorView:
     distribution_kwargs: dict
     action_key: str
     log_prob_key: str
-    #: ``params_module`` as a function of the observation, computed in numpy where it can be (:mod:`rlplug.core.numpy_mlp`)
-    compute_params: Callable[[torch.Tensor], torch.Tensor | tuple[torch.Tensor, ...]] = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self.compute_params = NumpyMLP.of(self.params_module)
 
     @classmethod
     def of(cls, actor: TensorDictModuleBase) -> "ActorView":
@@ -68,14 +62,14 @@ class ActorView:
         return self.param_keys == ("logits",) and issubclass(self.distribution_class, CATEGORICALS)
 
     def distribution(self, observation: torch.Tensor) -> Distribution:
-        params = self.compute_params(observation)
+        params = self.params_module(observation)
         params = params if isinstance(params, tuple) else (params,)
         return self.distribution_class(**dict(zip(self.param_keys, params)), **self.distribution_kwargs)
 
     def act(self, observation: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """An action and its log-probability (the mode's, when deterministic)."""
         if self.categorical:
-            log_probs = self.compute_params(observation).log_softmax(-1)
+            log_probs = self.params_module(observation).log_softmax(-1)
             if deterministic:
                 index = log_probs.argmax(-1, keepdim=True)
             else:
@@ -90,7 +84,7 @@ class ActorView:
                  with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Log-probability of ``action`` (differentiable), and the entropy when asked for."""
         if self.categorical:
-            log_probs = self.compute_params(observation).log_softmax(-1)
+            log_probs = self.params_module(observation).log_softmax(-1)
             index = action.argmax(-1, keepdim=True) if self.one_hot else action.unsqueeze(-1)
             log_prob = log_probs.gather(-1, index).squeeze(-1)
             return log_prob, (-(log_probs.exp() * log_probs).sum(-1) if with_entropy else None)
@@ -119,19 +113,6 @@ def entropy(dist: Distribution) -> torch.Tensor:
         return dist.entropy()
     except NotImplementedError:
         return -dist.log_prob(dist.rsample())
-
-
-def value_function(critic: TensorDictModuleBase, observation_key: str):
-    """``observation -> value`` for a critic: its own module when it is a plain one-input TensorDictModule."""
-    if isinstance(critic, TensorDictModule) and list(critic.in_keys) == [observation_key]:
-        return NumpyMLP.of(critic.module)
-    out_key = critic.out_keys[0]
-
-    def through_tensordict(observation: torch.Tensor) -> torch.Tensor:
-        data = TensorDict({observation_key: observation}, batch_size=observation.shape[:-1])
-        return critic(data).get(out_key)
-
-    return through_tensordict
 
 
 def tensor_function(network: TensorDictModuleBase, in_keys: list) -> Callable[..., torch.Tensor]:
@@ -169,8 +150,6 @@ class ArrayActor:
                 return ChainArrayActor(policy, device)
             except TypeError:
                 return None
-        if torch.device(device).type == "cpu" and NumpyCategoricalMLP.supports(view):
-            return NumpyCategoricalMLP(view, seed)
         return TorchArrayActor(view, device)
 
     def _keys_of(self, view: ActorView) -> None:
@@ -198,40 +177,6 @@ class TorchArrayActor(ArrayActor):
         if self.view.one_hot:
             action = action.argmax(-1)
         return action.cpu().numpy(), log_prob.cpu().numpy()
-
-
-class NumpyCategoricalMLP(ArrayActor):
-    """A categorical policy of plain Linear/Tanh/ReLU layers (:class:`rlplug.core.numpy_mlp.NumpyMLP`), acting in
-    numpy on the network's own parameters.
-
-    A step's policy call is a dozen small operations, and numpy's per-call cost is a fraction of torch's
-    (BENCHMARKS.md: collection; with numpy's BLAS on one thread 44 against 106 us at 64 envs, 89 against
-    162 us at 256). Actions are sampled from the same probabilities with the actor's own generator, seeded
-    with the run.
-    """
-
-    @classmethod
-    def supports(cls, view: ActorView) -> bool:
-        return view.categorical and NumpyMLP.supports(view.params_module)
-
-    def __init__(self, view: ActorView, seed: int):
-        self.mlp = NumpyMLP(view.params_module)
-        self._keys_of(view)
-        self.seed(seed)
-
-    def seed(self, seed: int) -> None:
-        self.generator = np.random.default_rng(seed)
-
-    def act(self, observation: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        x = self.mlp.forward(observation.reshape(len(observation), -1))
-        x -= x.max(axis=-1, keepdims=True)
-        cumulative = np.exp(x).cumsum(axis=-1)  # unnormalised probabilities, summed along the actions
-        total = cumulative[:, -1]
-        if deterministic:
-            index = x.argmax(axis=-1)
-        else:  # inverse-CDF sampling: one uniform number per env
-            index = (cumulative < self.generator.random((len(x), 1)) * total[:, None]).sum(axis=-1)
-        return index, x[np.arange(len(index)), index] - np.log(total)
 
 
 class ChainArrayActor(ArrayActor):

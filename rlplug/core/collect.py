@@ -1,12 +1,11 @@
-"""Collecting ``[*env_batch, time]`` batches with a policy, and evaluating the deterministic policy.
+"""Collecting ``[*env_batch, time]`` batches with a policy.
 
 Two roads give the same batch layout (TorchRL's: root ``observation``, ``action``, the log-probability,
 and ``next`` with ``observation``, ``reward``, ``done``, ``terminated``, ``truncated``):
 
 - the array road, when the env has ``step_arrays`` (:class:`rlplug.plugins.envs.gym.VectorGymEnv`) and the policy has
   a shape :class:`rlplug.core.acting.ArrayActor` can act for (a ProbabilisticActor; a deterministic actor
-  followed by exploration stages): numpy arrays into per-batch buffers, no TensorDict per step, the policy
-  in numpy where it is a plain categorical MLP (:class:`rlplug.core.acting.NumpyCategoricalMLP`);
+  followed by exploration stages): numpy arrays into per-batch buffers, no TensorDict per step;
 - the TensorDict road for any other TorchRL env and policy: ``env.step_and_maybe_reset(policy(state))``.
 
 A recurrent policy (:mod:`rlplug.core.recurrent`) takes the TensorDict road on the env

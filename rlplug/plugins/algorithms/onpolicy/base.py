@@ -24,7 +24,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
-from rlplug.core.acting import ActorView, value_function
+from rlplug.core.acting import ActorView, tensor_function
 from rlplug.plugins.algorithms.onpolicy.config import OnPolicyConfig
 from rlplug.errors import UserError
 from rlplug.networks import share_body
@@ -50,7 +50,7 @@ class OnPolicy:
                 share_body(self.policy, self.critic)
             except ValueError as error:
                 raise UserError(str(error), path="algorithm.shared_body") from None
-        self.value = value_function(self.critic, self.actor.observation_key) if self.critic else None
+        self.value = tensor_function(self.critic, [self.actor.observation_key]) if self.critic else None
         #: (estimator, the keys taken from it): the advantage estimator may give a value target too (``mc``,
         #: ``td-lambda``...), used unless a ``value_target`` estimator is set, which never changes the advantage.
         self.estimators = [(e.build(), keys) for e, keys in ((config.advantage, ("advantage", "value_target")),
