@@ -42,8 +42,8 @@ class RunSettings:
     total_frames: Annotated[int, Range(ge=1)] = 100_000
     #: the torch device for networks and data: 'cpu', or 'cuda' where there is a GPU
     device: Annotated[str, Check(device_problem)] = "cpu"
-    #: threads for torch's kernels and numpy's BLAS; one is 5-10x faster than two for small networks on the
-    #: 2-core machines
+    #: threads for torch's kernels and numpy's BLAS; for small networks on a few cores one is fastest
+    #: (BENCHMARKS.md)
     num_threads: Annotated[int, Range(ge=1)] = 1
     #: write a checkpoint every this many frames (0: only at the end); every env starts a new episode
     #: there, so that a run resumed from it goes on exactly as the uninterrupted run did

@@ -217,24 +217,22 @@ def test_run_with_seeds_writes_each_run_the_aggregate_and_a_plot(tmp_path):
 
 
 @pytest.mark.slow
-def test_start_up_hides_ray_and_mujoco_and_freezes_what_it_builds(tmp_path):
-    """Start-up costs a local run of rlplug's own components avoids: TorchRL importing Ray (~0.4 s) and MuJoCo
-    (~0.2 s) whenever they are installed, and the garbage collector scanning the imported modules and built
-    run again and again (~0.7 s during the imports, ~1 s at exit): they are frozen, and collection is on
-    again for training."""
+def test_start_up_hides_ray_and_mujoco_and_leaves_the_collector_on(tmp_path):
+    """A local run of rlplug's own components keeps TorchRL from importing Ray and MuJoCo (start-up cost,
+    BENCHMARKS.md), yet both import as usual afterwards, and the garbage collector, paused while the run is
+    built, is on again for training."""
     pytest.importorskip("ray")
     script = ("import gc, sys\nfrom rlplug.cli import main\n"
               f"status = main(['run', {str(CANONICAL)!r}, '--out', {str(tmp_path / 'run')!r}, "
               f"'--set', 'run.total_frames=256', '--set', 'eval.episodes=1'])\n"
               "print('imported during the run:', sorted({'ray', 'mujoco'} & set(sys.modules)))\n"
-              "print('collector enabled:', gc.isenabled(), 'frozen objects:', gc.get_freeze_count())\n"
+              "print('collector enabled:', gc.isenabled())\n"
               "import ray\nprint('ray imports after:', ray.__name__)\nsys.exit(status)\n")
     result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert "imported during the run: []" in result.stdout
     assert "ray imports after: ray" in result.stdout
-    enabled, frozen = result.stdout.split("collector enabled: ")[1].split(" frozen objects: ")
-    assert enabled == "True" and int(frozen.split()[0]) > 100_000
+    assert "collector enabled: True" in result.stdout
 
 
 def test_a_recipe_with_a_plugin_component_lets_torchrl_see_everything():

@@ -101,7 +101,11 @@ def test_polyak_update_over_flat_parameters_is_the_same_formula(tau, seed):
     polyak_update(flat, trained, tau)
     for t, e in zip(target.parameters(), expected):  # the target module sees the update through its views
         assert torch.equal(t, e)
-    assert flat_target(target, list(online.parameters())) is target, "per-tensor learners keep module targets"
+    per_tensor = target_copy(online)  # a learner whose parameters are separate tensors: the same formula
+    expected = [(1 - tau) * t.detach() + tau * o.detach() for t, o in zip(per_tensor.parameters(), online.parameters())]
+    polyak_update(flat_target(per_tensor, list(online.parameters())), list(online.parameters()), tau)
+    for t, e in zip(per_tensor.parameters(), expected):
+        torch.testing.assert_close(t, e, rtol=0, atol=1e-6)
 
 
 # -- training --------------------------------------------------------------------------------------------

@@ -67,8 +67,8 @@ def long_lived_objects():
 
 def packages_torchrl_need_not_load(recipe) -> list[str]:
     """Optional packages TorchRL imports at its own import whenever they are installed, which this run never
-    reaches through TorchRL: Ray (TorchRL's Ray replay buffer; about 0.4 s and 40 MiB) unless the runner is
-    Ray's, and MuJoCo (probed for TorchRL's own MuJoCo envs; about 0.2 s) always. Only for recipes of
+    reaches through TorchRL: Ray (TorchRL's Ray replay buffer) unless the runner is Ray's, and MuJoCo (probed
+    for TorchRL's own MuJoCo envs) always; what each costs at start-up is in BENCHMARKS.md. Only for recipes of
     rlplug's own components: a plugin's might use those parts of TorchRL. (A gymnasium MuJoCo env imports
     MuJoCo itself, after TorchRL is loaded.)"""
     if not all(component.spec.qualified_name.startswith("rlplug:") for _, component in recipe.components()):

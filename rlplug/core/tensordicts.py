@@ -1,10 +1,10 @@
 """TensorDicts built on the hot paths from tensors rlplug itself has just made.
 
-``TensorDict(...)`` checks every value's shape and device against the batch size (about 25 us for a
-transition's eight entries on the development machine); a step-by-step off-policy loop builds three per env
-step (the collected step, the stored transition, the replay sample), where the shapes are right by
-construction. :func:`trusted` builds them without those checks (tensordict's own ``_new_unsafe``,
-about 4 us), and falls back to the checked constructor where that private entry point is missing.
+``TensorDict(...)`` checks every value's shape and device against the batch size, which costs several times
+the construction itself (BENCHMARKS.md); a step-by-step off-policy loop builds three per env step (the
+collected step, the stored transition, the replay sample), where the shapes are right by construction.
+:func:`trusted` builds them without those checks (tensordict's own ``_new_unsafe``), and falls back to the
+checked constructor where that private entry point is missing.
 """
 
 from __future__ import annotations

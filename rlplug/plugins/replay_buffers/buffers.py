@@ -134,9 +134,9 @@ class ReplayBuffer:
 
     def _storage_columns(self) -> dict | None:
         """The storage's tensors by (nested) key once it is allocated, else None. Writing one transition to
-        them directly costs about a third of going through TorchRL's buffer, writer and storage layers, and
-        sampling 256 about half (49 against 133 us, 47 against 91 us on the development machine;
-        ``benchmarks/replay_calls.py``, BENCHMARKS.md): a step-by-step off-policy loop pays both every step."""
+        them directly costs a fraction of going through TorchRL's buffer, writer and storage layers, for writes and
+        samples alike (``benchmarks/replay_calls.py``, BENCHMARKS.md): a step-by-step off-policy loop pays both
+        every step."""
         if self._columns is None and self._rb._storage.initialized:
             stored = self._rb._storage._storage
             self._columns = {key: stored.get(key) for key in stored.keys(include_nested=True, leaves_only=True)}
@@ -271,8 +271,8 @@ class SumPrioritySampler(Sampler):
     = (p_i^alpha / min_k p_k^alpha)^-beta`` over the ``N`` stored items (normalised by the largest weight
     in the whole buffer, as in OpenAI Baselines and TorchRL, so weights lie in ``(0, 1]``).
 
-    Cost: O(capacity) per ``sample`` (a cumulative sum and a minimum over the stored items; about 2 ms at
-    a million items on one CPU core) and O(batch) per ``update_priority``. TorchRL's segment-tree sampler
+    Cost: O(capacity) per ``sample`` (a cumulative sum and a minimum over the stored items) and O(batch) per
+    ``update_priority``. TorchRL's segment-tree sampler
     does O(log capacity), but its compiled extension does not load against every torch build.
     """
 

@@ -156,7 +156,7 @@ def _worker_collector():
 
         def next(self) -> TensorDictBase:
             # BaseCollector.next copies every batch whose device is not the string "cpu" (a torch.device never
-            # is), which undoes the consolidation that makes Ray's transfer cheap: 4 ms more per rollout here
+            # is), which undoes the consolidation that makes Ray's transfer cheap
             return self.rollout()
 
         def update_policy_weights_(self, policy_or_weights=None, *, policy_weights=None, version: int | None = None,
