@@ -5,8 +5,8 @@ annotations (:class:`Network`, :class:`Estimator`, ...) and parameter checks (:c
 :class:`Check`) a factory signature may use, and :class:`UserError`.
 """
 
-from rlplug.registry.components import (Algorithm, Component, Env, Estimator, Logger, Network, Noise, Preprocessor,
-                                        ReplayBuffer, Runner)
+from rlplug.registry.components import (Algorithm, Component, Env, Estimator, Logger, Loss, Network, Noise,
+                                        Preprocessor, ReplayBuffer, Runner, Transform)
 from rlplug.errors import UserError
 from rlplug.registry import get_registry, make
 from rlplug.registry.hookspecs import hookimpl
@@ -26,5 +26,5 @@ def __getattr__(name: str):
 __all__ = [
     "Agent", "__version__", "hookimpl", "make", "get_registry", "UserError", "Range", "Check", "Unbounded", "CONTEXT_NAMES",
     "Component", "Env", "Algorithm", "Estimator", "Logger", "Network", "ReplayBuffer", "Noise", "Preprocessor",
-    "Runner",
+    "Runner", "Loss", "Transform",
 ]

@@ -71,6 +71,11 @@ def did_you_mean(word: str, candidates: Iterable[str]) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
+def plural(noun: str) -> str:
+    """The noun's plural: 'envs', 'losses'."""
+    return f"{noun}es" if noun.endswith(("s", "sh", "ch", "x")) else f"{noun}s"
+
+
 def a(noun: str) -> str:
     """The noun with its indefinite article: 'an algorithm', 'a network'."""
     return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"

@@ -139,7 +139,7 @@ def test_short_canonical_run_fills_the_run_directory(tmp_path):
 
     with (out / "metrics.csv").open() as f:
         rows = list(csv.DictReader(f))
-    assert [int(r["frames"]) for r in rows if r["loss_policy"]][-1] == 1024
+    assert [int(r["frames"]) for r in rows if r["loss_objective"]][-1] == 1024
     assert any(r["eval_return_mean"] for r in rows), "evaluations are logged"
     assert (out / "checkpoint.pt").stat().st_size > 0
     # Not a terminal: plain progress lines, then the summary.

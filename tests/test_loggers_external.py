@@ -193,7 +193,7 @@ def test_wandb_logs_offline_by_default_and_never_reaches_the_network(tmp_path, n
 
     assert sorted(run["history"]) == STEPS  # step = frames
     for step, row in run["history"].items():
-        assert {"fps", "loss_policy", "loss_value", "entropy", "episodes"} <= row.keys(), step
+        assert {"fps", "loss_objective", "loss_critic", "entropy", "episodes"} <= row.keys(), step
     summary = json.loads((out / "summary.json").read_text())
     assert run["history"][1024]["eval_return_mean"] == pytest.approx(summary["eval_return_mean"])
     assert run["summary"]["status"] == "finished" and run["summary"]["frames"] == 1024
@@ -291,7 +291,7 @@ def test_tensorboard_scalars_at_every_frame_count(tmp_path):
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
 
     series = scalars(out / "tensorboard")
-    for tag in ("fps", "loss_policy", "loss_value", "entropy", "kl", "lr", "episodes"):
+    for tag in ("fps", "loss_objective", "loss_critic", "entropy", "kl_approx", "lr", "episodes"):
         assert [step for step, _ in series[tag]] == STEPS, tag
     summary = json.loads((out / "summary.json").read_text())
     ((step, value),) = series["eval_return_mean"]

@@ -213,7 +213,7 @@ def test_impala_collects_asynchronously_and_learns_from_lagging_workers(ray_inst
     assert summary["status"] == "finished" and summary["iterations"] == 32
     rows = metrics(run.run_dir)
     assert all(float(r["policy_lag"]) >= 0 for r in rows) and any(float(r["policy_lag"]) > 0 for r in rows)
-    assert all(r["loss_value"] and float(r["loss_value"]) >= 0 for r in rows)
+    assert all(r["loss_critic"] and float(r["loss_critic"]) >= 0 for r in rows)
     assert released()
 
 
@@ -224,7 +224,7 @@ def test_gradient_workers_train_ppo(ray_instance, tmp_path):
     assert summary["status"] == "finished" and summary["iterations"] == 4
     assert any(not torch.equal(a, b) for a, b in zip(before, run.algorithm.parameters))
     row = metrics(run.run_dir)[-1]
-    assert {"loss_policy", "loss_value", "grad_norm", "explained_variance"} <= {k for k, v in row.items() if v}
+    assert {"loss_objective", "loss_critic", "grad_norm", "explained_variance"} <= {k for k, v in row.items() if v}
     assert released()
     with pytest.raises(UserError, match="ppo-kl's beta"):
         rlplug.Agent.from_recipe(ROOT / "recipes" / "cartpole-ppo-kl.toml", out=tmp_path / "kl", **SMALL,

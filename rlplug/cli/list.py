@@ -14,6 +14,7 @@ def add_commands(subparsers) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    from rlplug.errors import plural
     from rlplug.registry import get_registry
     from rlplug.registry.registry import KINDS
 
@@ -39,7 +40,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     console = Console(highlight=False)
     for kind in KINDS:
-        table = Table(title=f"{kind}s", title_justify="left", show_edge=False, pad_edge=False)
+        table = Table(title=plural(kind), title_justify="left", show_edge=False, pad_edge=False)
         for column in ("name", "plugin", "summary"):
             table.add_column(column)
         for spec in sorted(registry.specs[kind], key=lambda s: (s.name, s.plugin)):

@@ -128,7 +128,16 @@ class Runner(Component):
     kind = "runner"
 
 
+class Loss(Component):
+    kind = "loss"
+
+
+class Transform(Component):
+    kind = "transform"
+
+
 #: kind name -> annotation class, for the kinds that hooks register.
 COMPONENT_TYPES: dict[str, type[Component]] = {
-    c.kind: c for c in (Env, Algorithm, Estimator, Logger, Network, ReplayBuffer, Noise, Preprocessor, Runner)
+    c.kind: c for c in (Env, Algorithm, Estimator, Logger, Network, ReplayBuffer, Noise, Preprocessor, Runner,
+                         Loss, Transform)
 }

@@ -126,6 +126,27 @@ def rlplug_register_runners(register):
     """
 
 
+@hookspec
+def rlplug_register_losses(register):
+    """Register loss factories; each returns a TorchRL ``LossModule``: a TensorDict in, a TensorDict of
+    ``loss_*`` terms (whose sum the algorithm minimises) and diagnostics out
+    (:class:`~rlplug.registry.protocols.Loss`). A factory may say which algorithms it fits with a ``serves``
+    attribute (a tuple of algorithm names), checked when a recipe names it.
+
+    Context: ``networks``, ``settings``, ``action_spec``, ``device``.
+    """
+
+
+@hookspec
+def rlplug_register_transforms(register):
+    """Register env transform factories; each returns a TorchRL ``Transform``, applied in order to the
+    recipe's env (``[[env.transforms]]``) through ``TransformedEnv``, for training and evaluation alike
+    (:class:`~rlplug.registry.protocols.Transform`).
+
+    Context: ``device``.
+    """
+
+
 #: kind name -> hook name, the single list of kinds.
 HOOKS = {
     "env": "rlplug_register_envs",
@@ -137,6 +158,8 @@ HOOKS = {
     "noise": "rlplug_register_noises",
     "preprocessor": "rlplug_register_preprocessors",
     "runner": "rlplug_register_runners",
+    "loss": "rlplug_register_losses",
+    "transform": "rlplug_register_transforms",
 }
 
 #: kind name -> the context names the built-in run gives its factories (each hookspec's "Context:" line).
@@ -150,4 +173,6 @@ CONTEXT = {
     "noise": ("action_spec", "device", "total_frames"),
     "preprocessor": ("observation_spec", "device"),
     "runner": ("device", "seed"),
+    "loss": ("networks", "settings", "action_spec", "device"),
+    "transform": ("device",),
 }

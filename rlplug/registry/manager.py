@@ -37,6 +37,7 @@ BUILTIN_MODULES = (
     "rlplug.plugins.noises",
     "rlplug.plugins.preprocessors",
     "rlplug.plugins.runners",
+    "rlplug.plugins.losses",
 )
 
 _cache: dict[bool, Registry] = {}

@@ -270,10 +270,58 @@ class Collector(Protocol):
         """The update done its own way (Ray's gradient workers), instead of ``algorithm.update(batch)``."""
 
 
+class Loss(Protocol):
+    """A loss: a TorchRL ``LossModule`` (a TensorDict in, a TensorDict of ``loss_*`` terms and diagnostics out;
+    the algorithm minimises the sum of the ``loss_*`` terms)."""
+
+    def __call__(self, tensordict: Any) -> Any: ...
+
+    def parameters(self) -> Any: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> Any: ...
+
+    @property
+    @optional
+    def diagnostics(self) -> bool:
+        """Whether to compute the diagnostics; the algorithm turns them off on minibatches it does not report."""
+
+    @property
+    @optional
+    def adapts_per_minibatch(self) -> bool:
+        """True when a coefficient follows each minibatch (a KL penalty's beta): Ray's gradient workers, computing
+        gradients apart, cannot agree on it."""
+
+    @property
+    @optional
+    def parameter_groups(self) -> dict[str, list]:
+        """Off-policy losses with several optimisers: each learner's parameters by name (actor, critic...)."""
+
+    @property
+    @optional
+    def term_learners(self) -> dict[str, str]:
+        """Which learner each ``loss_*`` term trains (``{"loss_actor": "actor", ...}``)."""
+
+    @optional
+    def update_targets(self, tau: float) -> None:
+        """Move the target networks towards the online ones: ``target = (1 - tau) target + tau online``."""
+
+
+class Transform(Protocol):
+    """An env transform: a TorchRL ``Transform``."""
+
+    in_keys: Any
+    out_keys: Any
+
+    def transform_observation_spec(self, observation_spec: Any) -> Any: ...
+
+
 #: kind -> the protocol its components follow.
 PROTOCOLS: dict[str, type] = {
     "env": Env, "algorithm": Algorithm, "estimator": Estimator, "logger": Logger, "network": Network,
-    "replay_buffer": ReplayBuffer, "noise": Noise, "preprocessor": Preprocessor, "runner": Runner,
+    "replay_buffer": ReplayBuffer, "noise": Noise, "preprocessor": Preprocessor, "runner": Runner, "loss": Loss,
+    "transform": Transform,
 }
 
 
@@ -300,6 +348,12 @@ def capability(value: Any, member: Callable) -> Any:
     if not getattr(function, "__rlplug_optional__", False):
         raise TypeError(f"{function.__qualname__} is not an optional protocol member")
     return getattr(value, function.__name__, None)
+
+
+def has_member(value: Any, member: Callable) -> bool:
+    """Whether ``value`` has the optional protocol ``member`` (for members that may hold a false value)."""
+    function = member.fget if isinstance(member, property) else member
+    return hasattr(value, function.__name__)
 
 
 def checked_metrics(metrics: Any, what: str) -> dict[str, float]:

@@ -36,7 +36,8 @@ CONTEXT_NAMES = {
     "seed": "the run's seed (run.seed)",
     "total_frames": "the run's frame budget (run.total_frames), for schedules",
     "frames": "the frame count training starts from (0, or where a resumed run goes on), for loggers",
-    "networks": "the algorithm's networks by name (policy, critic), for loggers that record weights",
+    "networks": "the algorithm's networks by name (policy, critic...), for losses and for loggers that record weights",
+    "settings": "the algorithm's settings (its recipe table, as its config), which a loss takes its defaults from",
     "run_dir": "the run directory (a pathlib.Path), for loggers that write files",
 }
 

@@ -14,7 +14,8 @@ import inspect
 import typing
 from typing import Annotated, Any, Literal
 
-from rlplug.registry.schema import Range
+from rlplug.registry.components import Loss
+from rlplug.registry.schema import Check, Range
 
 Count = Annotated[int, Range(ge=1)]
 Positive = Annotated[float, Range(gt=0.0)]
@@ -23,6 +24,25 @@ Fraction = Annotated[float, Range(ge=0.0, le=1.0)]
 Frames = Annotated[int, Range(ge=0)]
 OPTIMIZERS = Literal["adam", "adamw", "sgd", "rmsprop"]
 SCHEDULES = Literal["constant", "linear", "cosine"]
+
+def loss_for(algorithm: str):
+    """The annotation of an algorithm's ``loss`` key: a loss component that serves ``algorithm`` (a loss factory
+    says which algorithms it serves with a ``serves`` attribute; one that says nothing is taken on trust)."""
+
+    def problem(loss) -> str | None:
+        serves = getattr(loss.spec.factory, "serves", None)
+        if serves is None or algorithm in serves:
+            return None
+        from rlplug.registry import get_registry
+
+        fitting = [spec.name for spec in get_registry().specs["loss"]
+                   if algorithm in getattr(spec.factory, "serves", (algorithm,))]
+        return (f"loss '{loss.spec.name}' is for {', '.join(serves)}, not {algorithm}; losses for {algorithm}: "
+                f"{', '.join(fitting)}")
+
+    problem.__name__ = f"fits_{algorithm.replace('-', '_')}"
+    return Annotated[Loss, Check(problem)]
+
 
 #: The context every algorithm is built with; those in ``CONTEXT_DEFAULTS`` may be left out.
 CONTEXT = ("observation_spec", "action_spec", "device", "total_frames")

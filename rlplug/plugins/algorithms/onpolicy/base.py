@@ -1,17 +1,14 @@
 """What every collect-then-learn policy-gradient algorithm shares, written once.
 
-An algorithm here is a config dataclass (:mod:`rlplug.plugins.algorithms.onpolicy.config`: its fields are its recipe table)
-and a subclass of :class:`OnPolicy` that says only what differs, mostly :meth:`OnPolicy.policy_loss`.
-One update, top to bottom:
+An algorithm here is a config dataclass (:mod:`rlplug.plugins.algorithms.onpolicy.config`: its fields are its
+recipe table) and a subclass of :class:`OnPolicy`; what differs between PPO, A2C, VPG and the surrogate is their
+loss (``config.loss``: a TorchRL ``LossModule``, rlplug's own by default, TorchRL's ``ClipPPOLoss`` and kin on
+request). One update, top to bottom:
 
 1. the critic values every step and its successor; the estimators write ``advantage`` and ``value_target``;
-2. ``epochs`` passes over shuffled minibatches: policy loss + ``value_coef`` x value regression (optionally
-   clipped around the values at collection time) - ``entropy_coef`` x entropy, one optimiser step each with
-   the global gradient norm clipped;
+2. ``epochs`` passes over shuffled minibatches (TensorDicts in TorchRL's keys): the loss gives its ``loss_*``
+   terms, their sum is minimised, one optimiser step each with the global gradient norm clipped;
 3. the learning rate follows its schedule over the run's frame budget.
-
-Everything runs on tensors: the policy and critic stay TorchRL modules, read through :mod:`rlplug.core.acting`
-(going through TensorDicts per minibatch costs more than the arithmetic for small networks; BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -25,11 +22,13 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
 from rlplug.core.acting import ActorView, tensor_function
-from rlplug.plugins.algorithms.onpolicy.config import OnPolicyConfig
-from rlplug.errors import UserError
-from rlplug.networks import share_body
+from rlplug.core.tensordicts import trusted
 from rlplug.core.training import (FlatParameters, MetricMean, clip_and_step, make_optimizer, optimiser_step,
                                   scheduled_lr, set_learning_rate)
+from rlplug.errors import UserError
+from rlplug.networks import share_body
+from rlplug.plugins.algorithms.onpolicy.config import OnPolicyConfig
+from rlplug.registry import protocols
 
 
 class OnPolicy:
@@ -60,6 +59,13 @@ class OnPolicy:
         #: the parameters in one tensor where they fit (what the optimiser steps), else the list itself
         self.trained = FlatParameters.where_possible(self.parameters)
         self.optimiser = make_optimizer(config.optimizer, self.trained, config.lr, config.optimizer_kwargs)
+        # built once the parameters sit where they will stay: a loss may keep views of them
+        self.loss_module = protocols.conform(protocols.Loss, config.loss.build(
+            networks=self.networks(), settings=config, action_spec=action_spec, device=device,
+        ), config.loss.title)
+        self.reports_diagnostics = protocols.has_member(self.loss_module, protocols.Loss.diagnostics)
+        #: a loss that keeps a copy of the collecting policy (TorchRL's KLPENPPOLoss) refreshes it before each update
+        self.refresh_targets = protocols.capability(self.loss_module, protocols.Loss.update_targets)
         self.frames = 0
 
     # -- 1. estimates ---------------------------------------------------------------------------------
@@ -92,8 +98,8 @@ class OnPolicy:
         prepared = self.prepare(batch, self.minibatch_size)
 
         def step(index: int, diagnostics: bool) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
-            losses = self.loss(prepared.minibatch(index), prepared.normalize_each, diagnostics=diagnostics)
-            return losses, optimiser_step(self.optimiser, losses.pop("loss"), self.trained, self.config.max_grad_norm)
+            total, reported = self.loss(prepared.minibatch(index), diagnostics)
+            return reported, optimiser_step(self.optimiser, total, self.trained, self.config.max_grad_norm)
 
         return self.learn(prepared.steps, step, lr, prepared.explained_variance)
 
@@ -103,77 +109,49 @@ class OnPolicy:
         lr = scheduled_lr(self.config.lr, self.schedule, self.frames / self.total_frames)
         set_learning_rate(self.optimiser, lr)
         self.before_update(self.frames / self.total_frames)
+        if self.refresh_targets:
+            self.refresh_targets(1.0)
         return lr
 
     def prepare(self, batch: TensorDictBase, minibatch_size: int) -> "Prepared":
-        """The estimates for ``batch``, then the flat tensors the loss reads, advantages normalised over the
-        whole batch where a minibatch is the whole batch (per minibatch otherwise). Ray's gradient workers
-        prepare their own share of a batch the same way."""
+        """The estimates for ``batch``, then the flat tensors the loss reads, under TorchRL's keys (the
+        observation, ``action``, the log-probability, ``advantage``, ``value_target``, ``state_value``). Ray's
+        gradient workers prepare their own share of a batch the same way."""
         flat = self.estimate(batch).reshape(-1)
-        data = {
-            "observation": flat.get(self.actor.observation_key), "action": flat.get(self.actor.action_key),
-            "old_log_prob": flat.get(self.actor.log_prob_key), "advantage": flat.get("advantage").reshape(-1),
-        }
+        actor = self.actor
+        keys = [actor.observation_key, actor.action_key, actor.log_prob_key, "advantage"]
         if self.critic:
-            data.update(value_target=flat.get("value_target"), old_value=flat.get("state_value"))
-        normalize = self.config.normalize_advantages
-        normalize_each = normalize and minibatch_size < len(data["advantage"])
-        if normalize and not normalize_each:
-            data["advantage"] = normalized(data["advantage"])
-        variance = explained_variance(data["old_value"], data["value_target"]) if self.critic else None
-        return Prepared(data, minibatch_size, normalize_each, variance)
+            keys += ["value_target", "state_value"]
+        data = {key: flat.get(key) for key in keys}
+        variance = explained_variance(data["state_value"], data["value_target"]) if self.critic else None
+        return Prepared(data, minibatch_size, variance)
+
+    def loss(self, minibatch: TensorDictBase, diagnostics: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The sum of the loss's ``loss_*`` terms (what is minimised), and, where ``diagnostics`` (the
+        minibatches that report), every scalar it gives, detached."""
+        if self.reports_diagnostics:
+            self.loss_module.diagnostics = diagnostics
+        out = self.loss_module(minibatch)
+        terms = [value for key, value in out.items() if key.startswith("loss_")]
+        total = terms[0] if len(terms) == 1 else torch.stack(terms).sum()
+        reported = {key: value.detach() for key, value in out.items() if value.numel() == 1} if diagnostics else {}
+        return total, reported
 
     def learn(self, steps: int, step: Callable[[int, bool], tuple[dict[str, torch.Tensor], torch.Tensor | None]],
               lr: float, explained_variance: float | None) -> dict[str, float]:
         """``epochs`` passes of ``steps`` optimiser steps; ``step(index, diagnostics)`` takes the step on the
-        epoch's minibatch ``index`` and returns its losses and gradient norm (here, :meth:`update`'s; on Ray,
-        gradients computed by workers). The last epoch reports its diagnostics."""
+        epoch's minibatch ``index`` and returns what it reports and its gradient norm (here, :meth:`update`'s;
+        on Ray, gradients computed by workers). The last epoch reports."""
         metrics = MetricMean()
         for epoch in range(self.config.epochs):
             for index in range(steps):
-                losses, grad_norm = step(index, epoch == self.config.epochs - 1)
-                self.after_minibatch(losses)
-                if "loss_policy" in losses:
-                    metrics.add(grad_norm=grad_norm, **losses)
+                reported, grad_norm = step(index, epoch == self.config.epochs - 1)
+                if reported:
+                    metrics.add(grad_norm=grad_norm, **reported)
         result = {**metrics.means(), "lr": lr, **self.extra_metrics()}
         if explained_variance is not None:
             result["explained_variance"] = explained_variance
         return result
-
-    def loss(self, data: dict[str, torch.Tensor], normalize_advantages: bool,
-             diagnostics: bool = False) -> dict[str, torch.Tensor]:
-        """The objective on one minibatch; ``diagnostics`` adds the parts, entropy, KL and
-        :meth:`policy_diagnostics`."""
-        config = self.config
-        log_prob, entropy = self.actor.evaluate(data["observation"], data["action"], with_entropy=config.entropy_coef > 0
-                                                or diagnostics)
-        log_ratio = log_prob - data["old_log_prob"]
-        advantage = normalized(data["advantage"]) if normalize_advantages else data["advantage"]
-        policy_loss, extras = self.policy_loss(log_prob, log_ratio, advantage)
-        loss = policy_loss
-        if self.critic:
-            value_loss = self.value_loss(data)
-            loss = loss + config.value_coef * value_loss
-        if config.entropy_coef:
-            loss = loss - config.entropy_coef * entropy.mean()
-        result = {"loss": loss, **extras}
-        if diagnostics:
-            with torch.no_grad():
-                ratio = log_ratio.exp()
-                result.update(loss_policy=policy_loss, entropy=entropy.mean(), kl=((ratio - 1) - log_ratio).mean(),
-                              **self.policy_diagnostics(ratio))
-                if self.critic:
-                    result["loss_value"] = value_loss
-        return result
-
-    def value_loss(self, data: dict[str, torch.Tensor]) -> torch.Tensor:
-        value, target = self.value(data["observation"]), data["value_target"]
-        clip = self.config.value_clip
-        if clip is None:
-            return torch.nn.functional.mse_loss(value, target)  # one node where (value - target)^2 mean are three
-        old = data["old_value"]
-        clipped = old + (value - old).clamp(-clip, clip)
-        return torch.max((value - target).pow(2), (clipped - target).pow(2)).mean()
 
     def networks(self) -> dict[str, torch.nn.Module]:
         """The trained networks by name, for loggers that record weights."""
@@ -191,14 +169,15 @@ class OnPolicy:
         for i, p in enumerate(self.parameters):
             p.copy_(weights.get(str(i)))
 
-    def compute_gradients(self, data: dict[str, torch.Tensor], normalize_advantages: bool,
+    def compute_gradients(self, minibatch: TensorDictBase,
                           diagnostics: bool = False) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
-        """The loss on one minibatch (see :meth:`loss`) and its gradient for every parameter; nothing steps."""
-        losses = self.loss(data, normalize_advantages, diagnostics=diagnostics)
+        """The loss on one minibatch and its gradient for every parameter, and what the loss reports (with
+        the total under ``loss``); nothing steps."""
+        total, reported = self.loss(minibatch, diagnostics)
         self.zero_grad()
-        losses["loss"].backward()
+        total.backward()
         grads = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in self.parameters]
-        return grads, {k: v.detach() for k, v in losses.items()}
+        return grads, {"loss": total.detach(), **reported}
 
     def apply_gradients(self, gradients: list[torch.Tensor]) -> torch.Tensor | None:
         """Take the optimiser step with ``gradients`` (in :meth:`get_weights` order), the global norm clipped
@@ -217,25 +196,8 @@ class OnPolicy:
 
     # -- what algorithms define -----------------------------------------------------------------------
 
-    def policy_loss(self, log_prob: torch.Tensor, log_ratio: torch.Tensor,
-                    advantage: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The policy's part of the loss, and any extra metrics (tensors) to report.
-
-        By default the score-function (REINFORCE) gradient, ``-E[log pi(a|s) * A]``: VPG and A2C use it
-        as it is; the surrogate objectives replace it.
-        """
-        return -(log_prob * advantage).mean(), {}
-
-    def policy_diagnostics(self, ratio: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Metrics of the policy's step (``ratio``: new over old probability of each action), computed on the
-        minibatches that report (the last epoch's), not on every one."""
-        return {}
-
     def before_update(self, progress: float) -> None:
         """Called with the run's progress (0..1) before each update: for schedules of the algorithm's own."""
-
-    def after_minibatch(self, losses: dict[str, torch.Tensor]) -> None:
-        """Called after each optimiser step with the minibatch's losses: for adaptive coefficients."""
 
     def extra_metrics(self) -> dict[str, float]:
         return {}
@@ -243,7 +205,9 @@ class OnPolicy:
     # -- checkpoints ----------------------------------------------------------------------------------
 
     def state_dict(self) -> dict:
-        state = {"policy": self.policy.state_dict(), "optimiser": self.optimiser.state_dict(), "frames": self.frames}
+        """The networks, the optimiser, the frames seen, and the loss's own state (PPO-KL's beta)."""
+        state = {"policy": self.policy.state_dict(), "optimiser": self.optimiser.state_dict(), "frames": self.frames,
+                 "loss": self.loss_module.state_dict()}
         if self.critic:
             state["critic"] = self.critic.state_dict()
         return state
@@ -253,6 +217,7 @@ class OnPolicy:
         if self.critic:
             self.critic.load_state_dict(state["critic"])
         self.optimiser.load_state_dict(state["optimiser"])
+        self.loss_module.load_state_dict(state["loss"])
         self.frames = state["frames"]
 
 
@@ -263,8 +228,6 @@ class Prepared:
 
     data: dict[str, torch.Tensor]
     minibatch_size: int
-    #: whether advantages are normalised per minibatch (else they were, over the whole batch)
-    normalize_each: bool
     #: of the critic's values at collection time against the value targets (None without a critic)
     explained_variance: float | None
     order: list[torch.Tensor] = field(default_factory=list, repr=False)
@@ -278,17 +241,15 @@ class Prepared:
         """Minibatches per epoch."""
         return math.ceil(self.length / self.minibatch_size)
 
-    def minibatch(self, index: int) -> dict[str, torch.Tensor]:
-        """The epoch's minibatch ``index``; index 0 starts an epoch with a new partition."""
+    def minibatch(self, index: int) -> TensorDictBase:
+        """The epoch's minibatch ``index`` as a TensorDict; index 0 starts an epoch with a new partition."""
         if self.minibatch_size >= self.length:
-            return self.data
+            return trusted(self.data, [self.length])
         if index == 0:
-            self.order = list(torch.randperm(self.length, device=self.data["advantage"].device).split(self.minibatch_size))
-        return {key: value[self.order[index]] for key, value in self.data.items()}
-
-
-def normalized(advantage: torch.Tensor) -> torch.Tensor:
-    return (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+            device = self.data["advantage"].device
+            self.order = list(torch.randperm(self.length, device=device).split(self.minibatch_size))
+        indices = self.order[index]
+        return trusted({key: value[indices] for key, value in self.data.items()}, [len(indices)])
 
 
 @torch.no_grad()

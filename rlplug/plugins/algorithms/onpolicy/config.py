@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlplug.errors import UserError
-from rlplug.plugins.algorithms.common import OPTIMIZERS, SCHEDULES, Count, NonNegative, Positive
+from rlplug.plugins.algorithms.common import OPTIMIZERS, SCHEDULES, Count, NonNegative, Positive, loss_for
 from rlplug.registry.components import Estimator, Network
 
 
@@ -22,6 +22,9 @@ class OnPolicyConfig:
     policy: Network = "mlp"
     #: the value network (writes state_value)
     critic: Network = "mlp"
+    #: what is minimised: rlplug's own loss for the algorithm, or TorchRL's (ClipPPOLoss, KLPENPPOLoss,
+    #: A2CLoss, ReinforceLoss), built with these networks; its unset keys follow this table's settings
+    loss: loss_for("a2c") = "policy-gradient-loss"
     #: the critic computes its value from the policy's hidden layers (one body, two heads; the critic
     #: network's own hidden layers must match and are dropped); value_coef weighs the two losses on it
     shared_body: bool = False
@@ -75,6 +78,7 @@ class OnPolicyConfig:
 class PPOConfig(OnPolicyConfig):
     """Proximal policy optimisation with the clipped surrogate objective."""
 
+    loss: loss_for("ppo") = "ppo-loss"
     #: the clip range of the probability ratio
     clip_epsilon: Positive = 0.2
     #: shrink the clip range linearly to 0 over the run (rl-baselines3-zoo's ``lin_`` clip ranges)
@@ -85,6 +89,7 @@ class PPOConfig(OnPolicyConfig):
 class PPOKLConfig(OnPolicyConfig):
     """PPO with an adaptive KL penalty instead of clipping (beta x2 above 1.5x the target, /2 below target/1.5)."""
 
+    loss: loss_for("ppo-kl") = "ppo-kl-loss"
     #: the KL divergence (old policy to new) each minibatch should stay near
     kl_target: Positive = 0.01
     #: the penalty's starting coefficient (beta)
@@ -97,6 +102,7 @@ class VPGConfig(OnPolicyConfig):
 
     #: learn a critic and subtract its value from the return (false: plain REINFORCE)
     baseline: bool = True
+    loss: loss_for("vpg") = "policy-gradient-loss"
     advantage: Estimator = "mc"
     value_target: Estimator | None = None
     epochs: Count = 1
@@ -120,6 +126,8 @@ class A2CConfig(OnPolicyConfig):
 class SurrogateConfig(OnPolicyConfig):
     """The unclipped importance-ratio surrogate objective (PPO without the clip), over several epochs."""
 
+    loss: loss_for("surrogate") = "surrogate-loss"
+
 
 @dataclass(frozen=True)
 class ImpalaConfig(OnPolicyConfig):
@@ -135,6 +143,7 @@ class ImpalaConfig(OnPolicyConfig):
     advantage: Estimator = "vtrace"
     #: unset: the value target is V-trace's v_s
     value_target: Estimator | None = None
+    loss: loss_for("impala") = "policy-gradient-loss"
     frames_per_batch: Count = 256
     #: passes over each rollout (the paper: 1)
     epochs: Count = 1

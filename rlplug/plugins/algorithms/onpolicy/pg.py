@@ -1,8 +1,8 @@
 """Plain policy gradients: REINFORCE (with an optional learned baseline), A2C, and the unclipped surrogate.
 
-Each reuses the on-policy update of :mod:`rlplug.plugins.algorithms.onpolicy.base`, whose default policy loss is the
-score-function gradient; they differ in their defaults (see :mod:`rlplug.plugins.algorithms.onpolicy.config`) and, for
-the surrogate, in the loss.
+Each is the on-policy update of :mod:`rlplug.plugins.algorithms.onpolicy.base`; they differ in their defaults
+(see :mod:`rlplug.plugins.algorithms.onpolicy.config`) and their loss (the score-function gradient, or the
+surrogate's importance ratio).
 """
 
 from __future__ import annotations
@@ -25,6 +25,3 @@ class A2C(OnPolicy):
 
 class Surrogate(OnPolicy):
     """The unclipped importance-ratio surrogate objective (PPO without the clip), over several epochs."""
-
-    def policy_loss(self, log_prob, log_ratio, advantage):
-        return -(log_ratio.exp() * advantage).mean(), {}

@@ -28,8 +28,8 @@ def gradient_mode_problem(algorithm) -> str | None:
                 f"experience; use mode = 'experience'")
     if not isinstance(algorithm, OnPolicy):
         return f"mode = 'gradients' trains the on-policy algorithms (ppo, a2c, vpg, surrogate), not {name}"
-    if type(algorithm).after_minibatch is not OnPolicy.after_minibatch:
-        return (f"{name} adapts its loss after every minibatch from that minibatch alone (ppo-kl's beta), which "
+    if capability(algorithm.loss_module, protocols.Loss.adapts_per_minibatch):
+        return (f"{name}'s loss adapts after every minibatch from that minibatch alone (ppo-kl's beta), which "
                 f"workers computing gradients apart cannot agree on; use mode = 'experience'")
     return None
 
@@ -76,7 +76,7 @@ class GradientWorker:
     def step(self, step: int) -> TensorDictBase:
         """The gradient of minibatch ``step`` (counting over all epochs) with the current weights."""
         epoch, index = divmod(step, self.prepared.steps)
-        grads, losses = self.algorithm.compute_gradients(self.prepared.minibatch(index), self.prepared.normalize_each,
+        grads, losses = self.algorithm.compute_gradients(self.prepared.minibatch(index),
                                                          diagnostics=epoch == self.algorithm.config.epochs - 1)
         return TensorDict({"grads": {str(i): g for i, g in enumerate(grads)},
                            "losses": {k: v.reshape(()).double() for k, v in losses.items()}}, []).consolidate()
