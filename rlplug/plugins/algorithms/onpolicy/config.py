@@ -13,6 +13,14 @@ from rlplug.errors import UserError
 from rlplug.plugins.algorithms.common import OPTIMIZERS, SCHEDULES, Count, NonNegative, Positive, loss_for
 from rlplug.registry.components import Estimator, Network
 
+#: each algorithm's ``loss`` key: a loss that serves it
+A2CLoss = loss_for("a2c")
+PPOLoss = loss_for("ppo")
+PPOKLLoss = loss_for("ppo-kl")
+VPGLoss = loss_for("vpg")
+SurrogateLoss = loss_for("surrogate")
+ImpalaLoss = loss_for("impala")
+
 
 @dataclass(frozen=True)
 class OnPolicyConfig:
@@ -24,7 +32,7 @@ class OnPolicyConfig:
     critic: Network = "mlp"
     #: what is minimised: rlplug's own loss for the algorithm, or TorchRL's (ClipPPOLoss, KLPENPPOLoss,
     #: A2CLoss, ReinforceLoss), built with these networks; its unset keys follow this table's settings
-    loss: loss_for("a2c") = "policy-gradient-loss"
+    loss: A2CLoss = "policy-gradient-loss"
     #: the critic computes its value from the policy's hidden layers (one body, two heads; the critic
     #: network's own hidden layers must match and are dropped); value_coef weighs the two losses on it
     shared_body: bool = False
@@ -78,7 +86,7 @@ class OnPolicyConfig:
 class PPOConfig(OnPolicyConfig):
     """Proximal policy optimisation with the clipped surrogate objective."""
 
-    loss: loss_for("ppo") = "ppo-loss"
+    loss: PPOLoss = "ppo-loss"
     #: the clip range of the probability ratio
     clip_epsilon: Positive = 0.2
     #: shrink the clip range linearly to 0 over the run (rl-baselines3-zoo's ``lin_`` clip ranges)
@@ -89,7 +97,7 @@ class PPOConfig(OnPolicyConfig):
 class PPOKLConfig(OnPolicyConfig):
     """PPO with an adaptive KL penalty instead of clipping (beta x2 above 1.5x the target, /2 below target/1.5)."""
 
-    loss: loss_for("ppo-kl") = "ppo-kl-loss"
+    loss: PPOKLLoss = "ppo-kl-loss"
     #: the KL divergence (old policy to new) each minibatch should stay near
     kl_target: Positive = 0.01
     #: the penalty's starting coefficient (beta)
@@ -102,7 +110,7 @@ class VPGConfig(OnPolicyConfig):
 
     #: learn a critic and subtract its value from the return (false: plain REINFORCE)
     baseline: bool = True
-    loss: loss_for("vpg") = "policy-gradient-loss"
+    loss: VPGLoss = "policy-gradient-loss"
     advantage: Estimator = "mc"
     value_target: Estimator | None = None
     epochs: Count = 1
@@ -126,7 +134,7 @@ class A2CConfig(OnPolicyConfig):
 class SurrogateConfig(OnPolicyConfig):
     """The unclipped importance-ratio surrogate objective (PPO without the clip), over several epochs."""
 
-    loss: loss_for("surrogate") = "surrogate-loss"
+    loss: SurrogateLoss = "surrogate-loss"
 
 
 @dataclass(frozen=True)
@@ -143,7 +151,7 @@ class ImpalaConfig(OnPolicyConfig):
     advantage: Estimator = "vtrace"
     #: unset: the value target is V-trace's v_s
     value_target: Estimator | None = None
-    loss: loss_for("impala") = "policy-gradient-loss"
+    loss: ImpalaLoss = "policy-gradient-loss"
     frames_per_batch: Count = 256
     #: passes over each rollout (the paper: 1)
     epochs: Count = 1
