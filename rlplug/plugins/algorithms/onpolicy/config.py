@@ -14,12 +14,12 @@ from rlplug.plugins.algorithms.common import OPTIMIZERS, SCHEDULES, Count, NonNe
 from rlplug.registry.components import Estimator, Network
 
 #: each algorithm's ``loss`` key: a loss that serves it
-A2CLoss = loss_for("a2c")
-PPOLoss = loss_for("ppo")
-PPOKLLoss = loss_for("ppo-kl")
-VPGLoss = loss_for("vpg")
-SurrogateLoss = loss_for("surrogate")
-ImpalaLoss = loss_for("impala")
+A2C_LOSS = loss_for("a2c")
+PPO_LOSS = loss_for("ppo")
+PPO_KL_LOSS = loss_for("ppo-kl")
+VPG_LOSS = loss_for("vpg")
+SURROGATE_LOSS = loss_for("surrogate")
+IMPALA_LOSS = loss_for("impala")
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class OnPolicyConfig:
     critic: Network = "mlp"
     #: what is minimised: rlplug's own loss for the algorithm, or TorchRL's (ClipPPOLoss, KLPENPPOLoss,
     #: A2CLoss, ReinforceLoss), built with these networks; its unset keys follow this table's settings
-    loss: A2CLoss = "policy-gradient-loss"
+    loss: A2C_LOSS = "policy-gradient-loss"
     #: the critic computes its value from the policy's hidden layers (one body, two heads; the critic
     #: network's own hidden layers must match and are dropped); value_coef weighs the two losses on it
     shared_body: bool = False
@@ -86,7 +86,7 @@ class OnPolicyConfig:
 class PPOConfig(OnPolicyConfig):
     """Proximal policy optimisation with the clipped surrogate objective."""
 
-    loss: PPOLoss = "ppo-loss"
+    loss: PPO_LOSS = "ppo-loss"
     #: the clip range of the probability ratio
     clip_epsilon: Positive = 0.2
     #: shrink the clip range linearly to 0 over the run (rl-baselines3-zoo's ``lin_`` clip ranges)
@@ -97,7 +97,7 @@ class PPOConfig(OnPolicyConfig):
 class PPOKLConfig(OnPolicyConfig):
     """PPO with an adaptive KL penalty instead of clipping (beta x2 above 1.5x the target, /2 below target/1.5)."""
 
-    loss: PPOKLLoss = "ppo-kl-loss"
+    loss: PPO_KL_LOSS = "ppo-kl-loss"
     #: the KL divergence (old policy to new) each minibatch should stay near
     kl_target: Positive = 0.01
     #: the penalty's starting coefficient (beta)
@@ -110,7 +110,7 @@ class VPGConfig(OnPolicyConfig):
 
     #: learn a critic and subtract its value from the return (false: plain REINFORCE)
     baseline: bool = True
-    loss: VPGLoss = "policy-gradient-loss"
+    loss: VPG_LOSS = "policy-gradient-loss"
     advantage: Estimator = "mc"
     value_target: Estimator | None = None
     epochs: Count = 1
@@ -134,7 +134,7 @@ class A2CConfig(OnPolicyConfig):
 class SurrogateConfig(OnPolicyConfig):
     """The unclipped importance-ratio surrogate objective (PPO without the clip), over several epochs."""
 
-    loss: SurrogateLoss = "surrogate-loss"
+    loss: SURROGATE_LOSS = "surrogate-loss"
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,7 @@ class ImpalaConfig(OnPolicyConfig):
     advantage: Estimator = "vtrace"
     #: unset: the value target is V-trace's v_s
     value_target: Estimator | None = None
-    loss: ImpalaLoss = "policy-gradient-loss"
+    loss: IMPALA_LOSS = "policy-gradient-loss"
     frames_per_batch: Count = 256
     #: passes over each rollout (the paper: 1)
     epochs: Count = 1
