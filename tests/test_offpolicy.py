@@ -20,7 +20,7 @@ from tensordict import TensorDict
 
 import rlplug
 from conftest import ROOT
-from rlplug.plugins.algorithms.offpolicy.parts import polyak_update
+from rlplug.plugins.losses.offpolicy import polyak_update
 
 RECIPES = ROOT / "recipes"
 #: Each recipe shrunk to a few hundred frames and small networks.
@@ -34,10 +34,10 @@ DISCRETE = {"algorithm.batch_size": 32, "algorithm.random_frames": 50, "algorith
 SHRUNK = {"pendulum-ddpg": CONTINUOUS, "pendulum-td3": CONTINUOUS, "pendulum-sac": CONTINUOUS,
           "cartpole-dqn": DISCRETE}
 METRICS = {
-    "pendulum-ddpg": {"loss_critic", "loss_actor", "q_value"},
-    "pendulum-td3": {"loss_critic", "loss_actor", "q_value"},
-    "pendulum-sac": {"loss_critic", "loss_actor", "loss_alpha", "alpha", "entropy"},
-    "cartpole-dqn": {"loss_q", "q_value", "epsilon", "grad_norm"},
+    "pendulum-ddpg": {"loss_value", "loss_actor", "pred_value", "target_value"},
+    "pendulum-td3": {"loss_qvalue", "loss_actor", "pred_value", "target_value"},
+    "pendulum-sac": {"loss_qvalue", "loss_actor", "loss_alpha", "alpha", "entropy"},
+    "cartpole-dqn": {"loss", "q_value", "epsilon"},
 }
 
 
@@ -49,8 +49,13 @@ def agent_for(tmp_path, name: str, out: str = "run", **overrides) -> rlplug.Agen
 def last_losses(agent) -> dict[str, float]:
     """The metrics of the last two updates with gradient steps (TD3 updates its actor every other step)."""
     with (agent.run.run_dir / "metrics.csv").open() as f:
-        rows = [row for row in csv.DictReader(f) if row.get("loss_critic") or row.get("loss_q")]
+        rows = [row for row in csv.DictReader(f) if row.get("loss_value") or row.get("loss_qvalue") or row.get("loss")]
     return {k: float(v) for row in rows[-2:] for k, v in row.items() if v}
+
+
+def targets(algorithm) -> dict[str, torch.Tensor]:
+    """The loss's target networks' weights by name (copies)."""
+    return {k: v.detach().clone() for k, v in algorithm.loss_module.named_parameters() if "target" in k}
 
 
 def observation_batch(agent) -> TensorDict:
@@ -70,7 +75,7 @@ def test_polyak_update_is_the_formula_exactly(tau, seed):
     before = [o.detach().clone() for o in online.parameters()]
     polyak_update(target, online, tau)
     for t, e in zip(target.parameters(), expected):
-        assert torch.equal(t, e)
+        torch.testing.assert_close(t.detach(), e, rtol=0, atol=1e-6)
     for o, b in zip(online.parameters(), before):
         assert torch.equal(o, b), "the online network is never touched"
     polyak_update(target, online, 1.0)
@@ -78,34 +83,6 @@ def test_polyak_update_is_the_formula_exactly(tau, seed):
     with torch.no_grad():
         next(online.parameters()).add_(1.0)
     assert not torch.equal(next(target.parameters()), next(online.parameters())), "a copy, not an alias"
-
-
-@settings(max_examples=40, deadline=None)
-@given(tau=st.floats(0.0, 1.0), seed=st.integers(0, 2**16))
-def test_polyak_update_over_flat_parameters_is_the_same_formula(tau, seed):
-    """Learners keep their parameters in one tensor and the targets follow that layout (flat_target): the
-    update is then a few kernels over one tensor, and must give the per-tensor formula bit for bit."""
-    from rlplug.plugins.algorithms.offpolicy.parts import flat_target, target_copy
-    from rlplug.core.training import FlatParameters
-
-    torch.manual_seed(seed)
-    online = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2))
-    target = target_copy(online)
-    with torch.no_grad():
-        for p in online.parameters():
-            p.add_(torch.randn_like(p))
-    expected = [(1 - tau) * t.detach() + tau * o.detach() for t, o in zip(target.parameters(), online.parameters())]
-    trained = FlatParameters(list(online.parameters()))
-    flat = flat_target(target, trained)
-    assert isinstance(flat, FlatParameters) and not flat.flat.requires_grad
-    polyak_update(flat, trained, tau)
-    for t, e in zip(target.parameters(), expected):  # the target module sees the update through its views
-        assert torch.equal(t, e)
-    per_tensor = target_copy(online)  # a learner whose parameters are separate tensors: the same formula
-    expected = [(1 - tau) * t.detach() + tau * o.detach() for t, o in zip(per_tensor.parameters(), online.parameters())]
-    polyak_update(flat_target(per_tensor, list(online.parameters())), list(online.parameters()), tau)
-    for t, e in zip(per_tensor.parameters(), expected):
-        torch.testing.assert_close(t, e, rtol=0, atol=1e-6)
 
 
 # -- training --------------------------------------------------------------------------------------------
@@ -116,8 +93,7 @@ def test_every_algorithm_trains_reports_and_evaluates_without_exploration(tmp_pa
     agent = agent_for(tmp_path, name)
     algorithm = agent.run.algorithm
     before = [p.detach().clone() for p in algorithm.parameters]
-    targets_before = {k: [p.clone() for p in m.parameters()] for k, m in algorithm.modules().items()
-                      if k.startswith("target")}
+    targets_before = targets(algorithm)
     summary = agent.train()
     assert summary["status"] == "finished" and summary["frames"] == 400
     assert math.isfinite(summary["eval_return_mean"])
@@ -126,9 +102,9 @@ def test_every_algorithm_trains_reports_and_evaluates_without_exploration(tmp_pa
     assert all(math.isfinite(v) for v in metrics.values()), metrics
     assert metrics["buffer_size"] == 400
     assert all(not torch.equal(a, b) for a, b in zip(before, algorithm.parameters)), "every network learned"
-    for key, parameters in targets_before.items():  # the targets followed, without becoming the online nets
-        moved = list(algorithm.modules()[key].parameters())
-        assert any(not torch.equal(a, b) for a, b in zip(parameters, moved)), key
+    assert targets_before, "the loss keeps target networks"
+    for key, moved in targets(algorithm).items():  # the targets followed
+        assert not torch.equal(targets_before[key], moved), key
 
     observation = observation_batch(agent)
     first = agent.act(observation.clone(), deterministic=True).get("action")
@@ -160,7 +136,7 @@ def test_dqn_explores_by_epsilon_on_its_schedule_and_double_dqn_trains(tmp_path)
     agent.train(max_frames=100)
     assert algorithm.greedy.epsilon == pytest.approx(1.0 - 0.5 * 100 / 200)
     agent.train()
-    assert algorithm.greedy.epsilon == 0.5 and math.isfinite(last_losses(agent)["loss_q"])
+    assert algorithm.greedy.epsilon == 0.5 and math.isfinite(last_losses(agent)["loss"])
     observation = observation_batch(agent)
     actions = torch.stack([agent.act(observation.clone(), deterministic=False).get("action") for _ in range(40)])
     greedy = agent.act(observation.clone(), deterministic=True).get("action")
@@ -201,12 +177,9 @@ def test_checkpoint_round_trip_then_training_goes_on(tmp_path, name, extra):
     loaded = loaded_agent.run.algorithm
 
     assert (loaded.frames, loaded.steps) == (saved.frames, saved.steps) and saved.steps > 0
-    expected = {"q_network", "target_q_network"} if name == "cartpole-dqn" else {"actor", "critics", "target_critics"}
-    assert expected <= set(saved.modules())
-    for key, module in saved.modules().items():  # actor, critics, their targets (and SAC's entropy coefficient)
-        assert_same(module.state_dict(), loaded.modules()[key].state_dict(), key)
-    for key, learner in saved.learners.items():  # optimiser moments and steps
-        assert_same(learner.optimiser.state_dict(), loaded.learners[key].optimiser.state_dict(), key)
+    assert targets(saved)  # the networks, their targets (and SAC's entropy coefficient)
+    assert_same(saved.loss_module.state_dict(), loaded.loss_module.state_dict(), "loss")
+    assert_same(saved.learners.state_dict(), loaded.learners.state_dict(), "learners")  # optimiser moments, steps
     assert len(loaded.replay) == len(saved.replay) == 200
     assert_same(saved.replay.sample(64).to_dict(), loaded.replay.sample(64).to_dict(), "replay")  # same data, same RNG
     assert_same(saved.preprocessor.state_dict(), loaded.preprocessor.state_dict(), "preprocessor")
@@ -232,7 +205,7 @@ def test_a_run_stopped_at_a_checkpoint_and_loaded_ends_exactly_where_one_left_al
     stopped.train(max_frames=200)
     resumed = rlplug.Agent.load(stopped.save(tmp_path / "stopped.pt"), out=tmp_path / "resumed")
     resumed.train()
-    assert_same(straight.run.algorithm.state_dict()["networks"], resumed.run.algorithm.state_dict()["networks"])
+    assert_same(straight.run.algorithm.state_dict()["loss"], resumed.run.algorithm.state_dict()["loss"])
 
 
 
@@ -290,8 +263,8 @@ def test_learning_rate_is_a_number_or_a_pair(tmp_path, lr, fragment):
 def test_a_learning_rate_pair_sets_actor_and_critic(tmp_path):
     agent = agent_for(tmp_path, "pendulum-td3", **{"algorithm.lr": [1e-4, 2e-3], "algorithm.lr_schedule": "linear"})
     learners = agent.run.algorithm.learners
-    assert learners["actor"].optimiser.param_groups[0]["lr"] == 1e-4
-    assert learners["critic"].optimiser.param_groups[0]["lr"] == 2e-3
+    assert learners.optimisers["actor"].param_groups[0]["lr"] == 1e-4
+    assert learners.optimisers["critic"].param_groups[0]["lr"] == 2e-3
     agent.train(max_frames=200)
     metrics = last_losses(agent)
     assert metrics["lr_actor"] == pytest.approx(1e-4 * 0.5) and metrics["lr_critic"] == pytest.approx(2e-3 * 0.5)
@@ -305,8 +278,8 @@ def test_reward_shaping_is_applied_to_stored_rewards(tmp_path):
     assert torch.all(rewards == 0.25)  # CartPole's 1 -> 2 * 1 - 1.5 = 0.5 -> clipped to 0.25
 
 
-@pytest.mark.parametrize("name, loss", [("pendulum-td3", "loss_critic"), ("pendulum-sac", "loss_critic"),
-                                        ("cartpole-dqn", "loss_q")])
+@pytest.mark.parametrize("name, loss", [("pendulum-td3", "loss_qvalue"), ("pendulum-sac", "loss_qvalue"),
+                                        ("cartpole-dqn", "loss")])
 @pytest.mark.slow
 def test_mixed_precision_runs_on_the_cpu_close_to_full_precision(tmp_path, name, loss):
     first = {}
@@ -322,8 +295,8 @@ def test_mixed_precision_runs_on_the_cpu_close_to_full_precision(tmp_path, name,
         if mixed:
             observation = torch.zeros(4, 3 if name != "cartpole-dqn" else 4)
             with algorithm.autocast():
-                out = algorithm.q(observation) if name == "cartpole-dqn" else \
-                    algorithm.q[0](observation, torch.zeros(4, 1))
+                out = algorithm.loss_module.q(observation) if name == "cartpole-dqn" else \
+                    algorithm.loss_module.q[0](observation, torch.zeros(4, 1))
             assert out.dtype == torch.bfloat16
         agent.train()
         assert all(math.isfinite(v) for v in last_losses(agent).values())

@@ -144,6 +144,7 @@ def test_bad_observation_indices_are_one_line_errors(params, fragments):
     ({"algorithm.policy": {"use": "mlp"}}, ["algorithm.policy", "recurrent critic needs a recurrent actor"]),
     ({"algorithm.replay_buffer": {"use": "prioritized", "capacity": 100}}, ["algorithm.replay_buffer", "uniform"]),
     ({"algorithm": {"use": "sac", "policy": {"use": "gru"}}}, ["algorithm.policy", "not the role 'policy'"]),
+    ({"algorithm.loss": {"use": "DDPGLoss"}}, ["algorithm.loss", "recurrent networks", "ddpg-loss"]),
 ])
 def test_recipe_mistakes_are_one_line_errors_naming_the_key(tmp_path, overrides, fragments):
     with pytest.raises(rlplug.UserError) as caught:

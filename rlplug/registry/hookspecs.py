@@ -133,7 +133,7 @@ def rlplug_register_losses(register):
     (:class:`~rlplug.registry.protocols.Loss`). A factory may say which algorithms it fits with a ``serves``
     attribute (a tuple of algorithm names), checked when a recipe names it.
 
-    Context: ``networks``, ``settings``, ``action_spec``, ``device``.
+    Context: ``networks``, ``settings``, ``observation_spec``, ``action_spec``, ``device``.
     """
 
 
@@ -173,6 +173,6 @@ CONTEXT = {
     "noise": ("action_spec", "device", "total_frames"),
     "preprocessor": ("observation_spec", "device"),
     "runner": ("device", "seed"),
-    "loss": ("networks", "settings", "action_spec", "device"),
+    "loss": ("networks", "settings", "observation_spec", "action_spec", "device"),
     "transform": ("device",),
 }

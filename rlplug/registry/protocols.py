@@ -303,6 +303,11 @@ class Loss(Protocol):
     def term_learners(self) -> dict[str, str]:
         """Which learner each ``loss_*`` term trains (``{"loss_actor": "actor", ...}``)."""
 
+    @property
+    @optional
+    def with_actor(self) -> bool:
+        """Whether to compute the actor's term (TD3's algorithm turns it off on the steps it does not move it)."""
+
     @optional
     def update_targets(self, tau: float) -> None:
         """Move the target networks towards the online ones: ``target = (1 - tau) target + tau online``."""

@@ -66,7 +66,12 @@ def actor_critic_loss(kind: str, networks: dict, settings, action_spec=None, **v
     twins of TD3 and SAC itself), its discount, and the terms each of the algorithm's learners steps."""
     from torchrl.objectives import DDPGLoss, SACLoss, TD3Loss
 
+    from rlplug.core.recurrent import is_recurrent
+
     actor, critic = networks["policy"], networks["critic"]
+    if is_recurrent(actor) or is_recurrent(critic):
+        raise UserError(f"TorchRL's {kind.upper()}Loss learns from single transitions; recurrent networks (lstm, "
+                        f"gru) learn from sequences with rlplug's {kind}-loss", path="algorithm.loss")
     if kind == "ddpg":
         loss = DDPGLoss(actor, critic, **unset_to(values, {"loss_function": "l2"}))
         groups = {"actor": "actor_network_params", "critic": "value_network_params"}
@@ -87,11 +92,19 @@ def actor_critic_loss(kind: str, networks: dict, settings, action_spec=None, **v
     return with_learners(loss, settings.gamma, groups, terms)
 
 
-def dqn_loss(networks: dict, settings, **values: Any):
-    """``DQNLoss`` with the algorithm's Q-network (double DQN as the algorithm says, unless set here)."""
+def dqn_loss(networks: dict, settings, action_spec, **values: Any):
+    """``DQNLoss`` with the algorithm's Q-network (double DQN as the algorithm says, unless set here), followed by
+    TorchRL's ``QValueModule`` (which writes the greedy action and its value, as the loss reads them)."""
+    from tensordict.nn import TensorDictSequential
+    from torchrl.modules import QValueModule
     from torchrl.objectives import DQNLoss
 
-    loss = DQNLoss(networks["q_network"], **unset_to(values, {"double_dqn": settings.double, "loss_function": "smooth_l1"}))
+    from torchrl.data import OneHot
+
+    space = "one_hot" if isinstance(action_spec, OneHot) else "categorical"  # the spec's shape has the env's dims
+    defaults = {"double_dqn": settings.double, "loss_function": "smooth_l1"}
+    q_actor = TensorDictSequential(networks["q_network"], QValueModule(action_space=space))
+    loss = DQNLoss(q_actor, action_space=space, **unset_to(values, defaults))
     return with_learners(loss, settings.gamma, {"q": "value_network_params"}, {"loss": "q"})
 
 
@@ -116,10 +129,12 @@ def with_learners(loss, gamma: float, groups: dict[str, str], terms: dict[str, s
     from tensordict import TensorDictBase
 
     loss.make_value_estimator(gamma=gamma)
+    loss.set_keys(priority_weight="weight")  # where rlplug's prioritised buffers put importance weights
 
     def parameters_of(attribute: str) -> list:
-        value = getattr(loss, attribute)
-        return list(value.values(True, True)) if isinstance(value, TensorDictBase) else [value]
+        value = getattr(loss, attribute)  # TorchRL's functional parameters hold the modules' buffers too
+        tensors = list(value.values(True, True)) if isinstance(value, TensorDictBase) else [value]
+        return [tensor for tensor in tensors if tensor.requires_grad]
 
     loss.parameter_groups = {name: parameters_of(attribute) for name, attribute in groups.items()}
     loss.term_learners = terms

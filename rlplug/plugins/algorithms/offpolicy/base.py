@@ -1,27 +1,29 @@
-"""What every off-policy algorithm shares, written once: replay, the update loop, targets, precision.
+"""What every off-policy algorithm shares, written once: replay, the update loop, the loss's optimisers, precision.
 
 An algorithm here is a config dataclass (:mod:`rlplug.plugins.algorithms.offpolicy.config`: its fields are its
-recipe table) and a subclass of :class:`OffPolicy` that builds its networks and says what one gradient step
-does (:meth:`OffPolicy.gradient_step`). One update, top to bottom:
+recipe table) and a subclass of :class:`OffPolicy` that builds its networks; what one gradient step minimises
+is its loss (``config.loss``: a TorchRL ``LossModule``, rlplug's own by default, TorchRL's ``DDPGLoss``,
+``TD3Loss``, ``SACLoss`` or ``DQNLoss`` on request), which also owns the target networks. One update, top to
+bottom:
 
 1. :meth:`~OffPolicy.store`: the collected ``[envs, time]`` batch is shaped (``reward_scale``,
    ``reward_offset``, ``reward_clip``) and added to the replay buffer; the observation preprocessor's
    statistics take in the new observations; exploration noise restarts where an episode ended;
 2. schedules follow the frames collected: learning rates, the noise's schedule, the end of the random-action
-   phase, and what the algorithm schedules itself (:meth:`~OffPolicy.before_update`: DQN's epsilon);
-3. from ``learning_starts`` on, ``gradient_steps`` times: sample ``batch_size`` transitions (preprocessed,
-   as tensors) and take one gradient step; a prioritised buffer gets each sample's new priority.
+   phase, and what the algorithm schedules itself (:meth:`~OffPolicy.before_update`: DQN's epsilon and target
+   updates);
+3. from ``learning_starts`` on, ``gradient_steps`` times: sample ``batch_size`` transitions (preprocessed),
+   the loss gives its terms, one backward pass of their sum, each learner (one per parameter group of the
+   loss) steps, the targets move (:meth:`~OffPolicy.gradient_step`); a prioritised buffer gets each sample's
+   new priority from the TD error the loss wrote.
 
 The acting policy (what the collector runs under random exploration and evaluation under deterministic) is
 the actor behind the preprocessor, then the noise, then uniformly random actions for the first
-``random_frames`` frames. The update calls the networks' own torch modules on tensors.
-
-Target networks are deep copies moved towards the online ones by :func:`polyak_update`.
+``random_frames`` frames.
 
 With recurrent networks (DDPG, TD3: :mod:`rlplug.core.recurrent`) the store also writes each transition's
 episode id, step and ``is_init``, and a sample is ``batch_size / sequence_length`` sequences of one
-episode's consecutive steps: the observations become an :class:`~rlplug.core.recurrent.ObservationSequence` and
-every other tensor is ``[sequences, steps, ...]`` from the burn-in on, so the gradient steps do not change.
+episode's consecutive steps (:meth:`~OffPolicy.sequence_samples`).
 """
 
 from __future__ import annotations
@@ -33,13 +35,12 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 from torch import nn
 
-from rlplug.core.recurrent import ObservationSequence
 from rlplug.core.tensordicts import trusted
 from rlplug.core.training import MetricMean
 from rlplug.errors import UserError
 from rlplug.networks import is_discrete, observation_key
 from rlplug.plugins.algorithms.offpolicy.config import OffPolicyConfig
-from rlplug.plugins.algorithms.offpolicy.parts import (Learner, RandomActions, behind_preprocessor,
+from rlplug.plugins.algorithms.offpolicy.parts import (Learners, RandomActions, behind_preprocessor,
                                                       mixed_precision_context)
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability
@@ -73,11 +74,23 @@ class OffPolicy:
             self.preprocessor = config.observation_preprocessor.build(observation_spec=observation_spec, device=device)
             self.preprocessor.eval()  # statistics change only in store(), in train mode
         self.autocast = mixed_precision_context(config.mixed_precision, device)
-        self.learners: dict[str, Learner] = {}
         self.noise = None
         self.sequences = False  # build() says whether the networks learn from sequences (recurrent ones)
 
-        actor = self.build()  # the subclass's networks and learners; the actor that acts
+        actor = self.build()  # the subclass's networks; the actor that acts
+        self.loss_module = protocols.conform(protocols.Loss, config.loss.build(
+            networks=self.trained_networks(), settings=config, observation_spec=observation_spec,
+            action_spec=action_spec, device=device,
+        ), config.loss.title)
+        for member in (protocols.Loss.parameter_groups, protocols.Loss.term_learners):
+            if protocols.capability(self.loss_module, member) is None:
+                raise protocols.ContractError(f"{config.loss.title}: an off-policy loss needs '{member.fget.__name__}' "
+                                              f"(which optimiser each of its terms trains); this is the plugin's "
+                                              f"mistake: tell its author")
+        self.update_targets = protocols.capability(self.loss_module, protocols.Loss.update_targets)
+        # recurrent layers keep their weights where cuDNN wants them: no flat parameters for them
+        self.learners = Learners(self.loss_module.parameter_groups, self.learning_rates(), config, device,
+                                 flat=not self.sequences)
         stages = [behind_preprocessor(actor, self.preprocessor, action_spec), *self.exploration_stages()]
         self.random_actions = RandomActions(action_spec, env_dims) if config.random_frames > 0 else None
         if self.random_actions is not None:
@@ -95,18 +108,28 @@ class OffPolicy:
                             f"use {other}, or an on-policy algorithm (ppo)", path="algorithm")
 
     def build(self) -> TensorDictModuleBase:
-        """Build the networks, their targets and :attr:`learners`; return the actor the policy acts with."""
+        """Build the networks; return the actor the policy acts with."""
         raise NotImplementedError
+
+    def trained_networks(self) -> dict[str, nn.Module]:
+        """The networks the loss is built with, by role (``policy``, ``critic``, ``critics``, ``q_network``)."""
+        raise NotImplementedError
+
+    def learning_rates(self) -> dict[str, float]:
+        """Each of the loss's parameter groups' base learning rate."""
+        return {name: self.config.lr for name in self.loss_module.parameter_groups}
 
     def exploration_stages(self) -> list[TensorDictModuleBase]:
         """The modules after the actor in the acting policy (noise, epsilon-greedy)."""
         return []
 
-    def gradient_step(self, data: dict[str, torch.Tensor], metrics: MetricMean) -> torch.Tensor | None:
-        """One gradient step on a sample (tensors: ``observation``, ``action``, ``reward``,
-        ``next_observation``, ``not_terminated``, ``weight``); adds its losses to ``metrics``; returns the
-        per-sample TD error for prioritised replay (or None)."""
-        raise NotImplementedError
+    def stepped_learners(self) -> set[str]:
+        """The learners this gradient step moves (TD3 moves its actor every policy_delay steps only)."""
+        return set(self.learners.groups)
+
+    def moves_targets(self) -> bool:
+        """Whether the targets follow the online networks after this gradient step (DQN moves them by frames)."""
+        return True
 
     def before_update(self, frames_before: int) -> None:
         """Called after the batch is stored, before the gradient steps: for schedules of the algorithm's own."""
@@ -147,7 +170,7 @@ class OffPolicy:
 
     def follow_schedules(self) -> dict[str, float]:
         progress = self.frames / self.total_frames
-        rates = {name: learner.set_progress(progress) for name, learner in self.learners.items()}
+        rates = self.learners.set_progress(progress)
         if self.noise is not None:
             self.noise.step(self.frames)
         if self.replay_step:  # a prioritised buffer's importance-weight schedule
@@ -170,87 +193,77 @@ class OffPolicy:
         if self.frames < config.learning_starts or len(self.replay) < config.batch_size:
             return {**result, **self.extra_metrics()}
         metrics = MetricMean()
-        for data in self.samples():
-            td_error = self.gradient_step(data, metrics)
+        for sample in self.samples():
+            self.gradient_step(sample, metrics)
             self.steps += 1
-            if td_error is not None and "index" in data:
-                self.replay.update_priority(data["index"], td_error.detach().abs().reshape(-1))
+            if "index" in sample.keys() and "td_error" in sample.keys():
+                self.replay.update_priority(sample.get("index"), sample.get("td_error"))
         return {**result, **metrics.means(), **self.extra_metrics()}
 
+    def gradient_step(self, sample: TensorDictBase, metrics: MetricMean) -> None:
+        """The loss's terms on ``sample``; one backward pass of the sum of those whose learners step now; the
+        steps; the targets moved. What the loss reports (scalars) and each gradient norm go to ``metrics``."""
+        stepped = self.stepped_learners()
+        with self.autocast():
+            out = self.loss_module(sample)
+        learners = self.loss_module.term_learners
+        terms = [value for key, value in out.items() if key in learners and learners[key] in stepped]
+        norms = self.learners.step(terms[0] if len(terms) == 1 else torch.stack(terms).sum(), stepped)
+        if self.update_targets is not None and self.moves_targets():
+            self.update_targets(self.config.tau)
+        metrics.add(**{key: value for key, value in out.items() if value.numel() == 1},
+                    **{f"grad_norm_{name}": norm for name, norm in norms.items()})
+
     @torch.no_grad()
-    def samples(self) -> Iterator[dict[str, torch.Tensor]]:
-        """``gradient_steps`` samples from the buffer as tensors, observations preprocessed."""
+    def samples(self) -> Iterator[TensorDictBase]:
+        """``gradient_steps`` samples from the buffer, observations preprocessed."""
         if self.sequences:
             yield from self.sequence_samples()
             return
         for _ in range(self.config.gradient_steps):
             sample = self.replay.sample(self.config.batch_size)
-            data = {
-                "observation": self.preprocess(sample.get("observation")), "action": sample.get("action"),
-                "reward": sample.get(("next", "reward")).float(),
-                "next_observation": self.preprocess(sample.get(("next", "observation"))),
-                "not_terminated": (~sample.get(("next", "terminated")).bool()).float(),
-            }
-            data["weight"] = sample.get("weight").reshape(-1, 1) if "weight" in sample.keys() else None
-            if "index" in sample.keys():
-                data["index"] = sample.get("index")
-            yield data
+            if self.preprocessor is not None or sample.get("observation").dtype != torch.float32:
+                for key in ("observation", ("next", "observation")):
+                    sample.set(key, self.preprocess(sample.get(key)))
+            yield sample
 
-    def sequence_samples(self) -> Iterator[dict]:
-        """``gradient_steps`` samples of sequences: the observations as an ObservationSequence (the stored
-        ones and the last one's next; ``is_init`` on the first, where the zero state starts, and wherever
-        an episode starts), the rest ``[sequences, steps, ...]`` from ``burn_in`` on. Sampled sequences never
-        cross an episode's end, so the next observations are the observations one step on."""
+    def sequence_samples(self) -> Iterator[TensorDictBase]:
+        """``gradient_steps`` samples of sequences (``[sequences]``): the observations ``[sequences, L + 1,
+        ...]`` (the stored ones and the last one's next) with ``is_init`` on the first (where the zero state
+        starts) and wherever an episode starts; actions, rewards and terminations from ``burn_in`` on. Sampled
+        sequences never cross an episode's end, so the next observations are the observations one step on."""
         length, start = self.config.sequence_length, self.config.burn_in
         for _ in range(self.config.gradient_steps):
             sample = self.replay.sample_sequences(self.config.batch_size, length)
             observations = torch.cat([sample.get("observation"), sample.get(("next", "observation"))[:, -1:]], 1)
             stored = sample.get("is_init").bool()
             is_init = torch.cat([torch.ones_like(stored[:, :1]), stored[:, 1:], torch.zeros_like(stored[:, :1])], 1)
-            sequence = ObservationSequence(self.preprocess(observations), is_init, start, 0)
-            yield {
-                "observation": sequence, "next_observation": sequence.next(),
+            yield trusted({
+                "observation": self.preprocess(observations), "is_init": is_init,
                 "action": sample.get("action")[:, start:],
-                "reward": sample.get(("next", "reward"))[:, start:].float(),
-                "not_terminated": (~sample.get(("next", "terminated"))[:, start:].bool()).float(),
-                "weight": None,
-            }
+                "next": {"reward": sample.get(("next", "reward"))[:, start:],
+                         "terminated": sample.get(("next", "terminated"))[:, start:]},
+            }, batch_size=[len(observations)])
 
     def preprocess(self, observation: torch.Tensor) -> torch.Tensor:
         observation = observation.float()
         return self.preprocessor(observation) if self.preprocessor is not None else observation
 
-    # -- helpers for gradient steps -------------------------------------------------------------------
-
-    def td_target(self, data: dict[str, torch.Tensor], next_value: torch.Tensor) -> torch.Tensor:
-        """``reward + gamma * next_value``, the bootstrap dropped where the episode terminated."""
-        return data["reward"] + self.config.gamma * data["not_terminated"] * next_value.float()
-
-    @staticmethod
-    def weighted_mean(loss: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
-        """Per-sample losses averaged, with prioritised replay's importance weights where there are some."""
-        return (loss * weight).mean() if weight is not None else loss.mean()
-
     # -- checkpoints ----------------------------------------------------------------------------------
 
-    def modules(self) -> dict[str, nn.Module]:
-        """Every network (targets too) by name, for checkpoints; subclasses add theirs."""
-        return {}
-
     def networks(self) -> dict[str, nn.Module]:
-        """The trained networks by name (no target copies), for loggers that record weights."""
-        return {name: module for name, module in self.modules().items() if not name.startswith("target")}
+        """The trained networks by name, for loggers that record weights."""
+        return {name: network for name, network in self.trained_networks().items() if isinstance(network, nn.Module)}
 
     @property
     def parameters(self) -> list[nn.Parameter]:
         """The learned parameters (checked for NaN after each update)."""
-        return [p for learner in self.learners.values() for p in learner.parameters]
+        return self.learners.parameters
 
     def state_dict(self) -> dict:
         state = {
             "frames": self.frames, "steps": self.steps,
-            "networks": {name: module.state_dict() for name, module in self.modules().items()},
-            "learners": {name: learner.state_dict() for name, learner in self.learners.items()},
+            "loss": self.loss_module.state_dict(), "learners": self.learners.state_dict(),
             "replay_buffer": self.replay.state_dict(),
         }
         if self.preprocessor is not None:
@@ -263,10 +276,8 @@ class OffPolicy:
 
     def load_state_dict(self, state: dict) -> None:
         self.frames, self.steps = state["frames"], state["steps"]
-        for name, module in self.modules().items():
-            module.load_state_dict(state["networks"][name])
-        for name, learner in self.learners.items():
-            learner.load_state_dict(state["learners"][name])
+        self.loss_module.load_state_dict(state["loss"])  # the networks and their targets
+        self.learners.load_state_dict(state["learners"])
         self.replay.load_state_dict(state["replay_buffer"])
         if self.preprocessor is not None:
             self.preprocessor.load_state_dict(state["preprocessor"])

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from rlplug.plugins.algorithms.common import (OPTIMIZERS, SCHEDULES, Count, Fraction, Frames, NonNegative,
-                                              Positive)
+                                              Positive, loss_for)
 from rlplug.registry.components import Network, Noise, Preprocessor, ReplayBuffer
 from rlplug.registry.schema import Check
 
@@ -36,6 +36,8 @@ def learning_rate_problem(value: Any) -> str | None:
 
 
 LearningRate = Annotated[float | list[float], Check(learning_rate_problem)]
+#: each algorithm's ``loss`` key: a loss that serves it
+DDPG_LOSS, TD3_LOSS, SAC_LOSS, DQN_LOSS = (loss_for(name) for name in ("ddpg", "td3", "sac", "dqn"))
 
 
 @dataclass(frozen=True)
@@ -105,11 +107,16 @@ class ActorCriticConfig(OffPolicyConfig):
 class DDPGConfig(ActorCriticConfig):
     """Deep deterministic policy gradient: a deterministic actor, one Q-critic, noise to explore."""
 
+    #: what each gradient step minimises: rlplug's DDPG loss, or TorchRL's DDPGLoss (built with these networks)
+    loss: DDPG_LOSS = "ddpg-loss"
+
 
 @dataclass(frozen=True)
 class TD3Config(ActorCriticConfig):
     """Twin delayed DDPG: twin critics (the lower target), target policy smoothing, delayed actor updates."""
 
+    #: what each gradient step minimises: rlplug's TD3 loss, or TorchRL's TD3Loss (built with these networks)
+    loss: TD3_LOSS = "td3-loss"
     #: update the actor and the target networks once every this many critic steps
     policy_delay: Count = 2
     #: the standard deviation of the noise added to target actions, as a fraction of the action half-range
@@ -122,6 +129,8 @@ class TD3Config(ActorCriticConfig):
 class SACConfig(ActorCriticConfig):
     """Soft actor-critic: a tanh-Gaussian actor, twin critics, an automatically tuned entropy coefficient."""
 
+    #: what each gradient step minimises: rlplug's SAC loss, or TorchRL's SACLoss (built with these networks)
+    loss: SAC_LOSS = "sac-loss"
     #: the entropy coefficient (alpha) to start from
     initial_entropy_coef: Positive = 1.0
     #: tune the entropy coefficient so that the policy's entropy stays near target_entropy
@@ -140,6 +149,8 @@ class DQNConfig(OffPolicyConfig):
 
     #: the Q-network: one value per action (writes action_value)
     q_network: Network = "mlp"
+    #: what each gradient step minimises: rlplug's DQN loss, or TorchRL's DQNLoss (built with this network)
+    loss: DQN_LOSS = "dqn-loss"
     #: target = (1 - tau) * target + tau * online every target_update_interval frames (1.0: a hard copy)
     tau: Fraction = 1.0
     #: frames (over all envs) between target network updates

@@ -16,10 +16,8 @@ from tensordict.nn import TensorDictModuleBase
 from torch.nn import functional
 from torchrl.data import OneHot
 
-from rlplug.core.acting import tensor_function
-from rlplug.core.training import MetricMean
 from rlplug.plugins.algorithms.offpolicy.base import OffPolicy
-from rlplug.plugins.algorithms.offpolicy.parts import Learner, exploring, flat_target, polyak_update, target_copy
+from rlplug.plugins.algorithms.offpolicy.parts import exploring
 
 
 class EpsilonGreedy(TensorDictModuleBase):
@@ -54,14 +52,11 @@ class DQN(OffPolicy):
     actions = "discrete"
 
     def build(self) -> TensorDictModuleBase:
-        config = self.config
-        self.network = config.q_network.build(role="q_values", **self.specs)
-        self.target_network = target_copy(self.network)
-        self.q = tensor_function(self.network, [self.observation_key])
-        self.target_q = tensor_function(self.target_network, [self.observation_key])
-        self.learners = {"q": Learner(list(self.network.parameters()), config.lr, config, self.device)}
-        self.target = flat_target(self.target_network, self.learners["q"].trained)  # what polyak_update moves
+        self.network = self.config.q_network.build(role="q_values", **self.specs)
         return self.network
+
+    def trained_networks(self):
+        return {"q_network": self.network}
 
     def exploration_stages(self) -> list[TensorDictModuleBase]:
         self.greedy = EpsilonGreedy(self.action_spec, self.config.epsilon_start)
@@ -80,30 +75,12 @@ class DQN(OffPolicy):
     def before_update(self, frames_before: int) -> None:
         interval = self.config.target_update_interval
         due = self.frames // interval - frames_before // interval
-        if due:  # `due` polyak steps towards the same online network are one with tau' = 1 - (1 - tau)^due
-            polyak_update(self.target, self.learners["q"].trained, 1.0 - (1.0 - self.config.tau) ** due)
+        if due and self.update_targets is not None:
+            # `due` polyak steps towards the same online network are one with tau' = 1 - (1 - tau)^due
+            self.update_targets(1.0 - (1.0 - self.config.tau) ** due)
 
-    def gradient_step(self, data: dict[str, torch.Tensor], metrics: MetricMean) -> torch.Tensor:
-        next_observation = data["next_observation"]
-        with torch.no_grad(), self.autocast():
-            next_values = self.target_q(next_observation).float()
-            if self.config.double:
-                best = self.q(next_observation).argmax(-1, keepdim=True)
-                next_value = next_values.gather(-1, best)
-            else:
-                next_value = next_values.max(-1, keepdim=True).values
-            target = self.td_target(data, next_value)
-        action = data["action"]
-        index = action.argmax(-1, keepdim=True) if self.greedy.one_hot else action.reshape(-1, 1).long()
-        with self.autocast():
-            q = self.q(data["observation"]).float().gather(-1, index)
-            loss = self.weighted_mean(functional.smooth_l1_loss(q, target, reduction="none"), data["weight"])
-        grad_norm = self.learners["q"].step(loss)
-        metrics.add(loss_q=loss, q_value=q.detach(), grad_norm=grad_norm)
-        return q.detach() - target
+    def moves_targets(self) -> bool:
+        return False  # by frames collected, in before_update
 
     def extra_metrics(self) -> dict[str, float]:
         return {"epsilon": self.greedy.epsilon}
-
-    def modules(self):
-        return {"q_network": self.network, "target_q_network": self.target_network}

@@ -1,10 +1,10 @@
-"""The pieces the off-policy algorithms are built from: target networks and polyak averaging, an optimiser per
-network (:class:`Learner`), exploration stages, the observation preprocessor in front of the acting network,
-and the episode labels recurrent networks learn sequences by."""
+"""The pieces the off-policy algorithms are built from: their optimisers (:class:`Learners`), exploration stages,
+the observation preprocessor in front of the acting network, and the episode labels recurrent networks learn
+sequences by."""
 
 from __future__ import annotations
 
-import copy
+import math
 from collections.abc import Callable
 from contextlib import nullcontext
 
@@ -16,45 +16,9 @@ from torchrl.envs.utils import ExplorationType, exploration_type
 from torchrl.modules import ProbabilisticActor
 
 from rlplug.core.acting import ActorView
-from rlplug.core.training import FlatParameters, NonFiniteError, make_optimizer, optimiser_step, scheduled_lr, set_learning_rate
+from rlplug.core.training import (FlatParameters, NonFiniteError, clip_and_step, make_optimizer, scheduled_lr,
+                                  set_learning_rate)
 from rlplug.errors import UserError
-
-
-# -- target networks -----------------------------------------------------------------------------------
-
-@torch.no_grad()
-def polyak_update(target: nn.Module | FlatParameters, online: nn.Module | FlatParameters | list[nn.Parameter],
-                  tau: float) -> None:
-    """``target = (1 - tau) * target + tau * online`` for every parameter, in place, in two foreach ops
-    (``tau = 1``: a plain copy); over one tensor each where both are :class:`FlatParameters` (see
-    :func:`flat_target`). Buffers are left alone (the networks here keep none that learn)."""
-    targets, onlines = parameter_tensors(target), parameter_tensors(online)
-    if tau == 1.0:
-        torch._foreach_copy_(targets, onlines)
-        return
-    torch._foreach_mul_(targets, 1.0 - tau)
-    torch._foreach_add_(targets, torch._foreach_mul(onlines, tau))
-
-
-def parameter_tensors(parameters: nn.Module | FlatParameters | list[nn.Parameter]) -> list[torch.Tensor]:
-    if isinstance(parameters, FlatParameters):
-        return [parameters.flat]
-    return list(parameters.parameters()) if isinstance(parameters, nn.Module) else list(parameters)
-
-
-def flat_target(target: nn.Module, online: FlatParameters | list[nn.Parameter]) -> nn.Module | FlatParameters:
-    """``target``'s parameters in one tensor laid out as ``online``'s where those are flat (a learner's
-    :attr:`Learner.trained`), so each polyak update is a few kernels; else ``target`` itself."""
-    if isinstance(online, FlatParameters):
-        return FlatParameters(list(target.parameters()), trained=False)
-    return target
-
-
-def target_copy(network: nn.Module) -> nn.Module:
-    """A frozen deep copy of ``network``, to be moved by :func:`polyak_update`."""
-    target = copy.deepcopy(network)
-    target.requires_grad_(False)
-    return target
 
 
 # -- networks behind the preprocessor ---------------------------------------------------------------------
@@ -119,52 +83,71 @@ class RandomActions(TensorDictModuleBase):
 
 # -- optimisation ----------------------------------------------------------------------------------------
 
-class Learner:
-    """One network's optimiser: its parameters, base learning rate and schedule, gradient clipping, and
-    under CUDA float16 mixed precision a gradient scaler."""
+class Learners:
+    """The algorithm's optimisers, one per parameter group of its loss (actor, critic, entropy...), each with its
+    base learning rate and schedule and its gradient clipping. A step is one backward pass of the sum of the
+    loss terms it covers (each term's gradient reaches only its own group's parameters), then each group's
+    optimiser step; under CUDA float16 mixed precision one gradient scaler serves them all."""
 
-    def __init__(self, parameters: list[nn.Parameter], lr: float, config, device: str,
+    def __init__(self, groups: dict[str, list[nn.Parameter]], learning_rates: dict[str, float], config, device: str,
                  flat: bool = True):
-        self.parameters, self.lr, self.schedule = parameters, lr, config.lr_schedule
-        self.max_grad_norm = config.max_grad_norm
+        self.schedule, self.max_grad_norm = config.lr_schedule, config.max_grad_norm
+        self.groups, self.learning_rates = groups, learning_rates
         cuda = torch.device(device).type == "cuda"
         self.scaler = torch.amp.GradScaler("cuda") if config.mixed_precision and cuda else None
-        #: one flat tensor where it fits and is asked for (not under a gradient scaler, which steps per-tensor
-        #: gradients)
-        self.trained = FlatParameters.where_possible(parameters, allowed=flat and self.scaler is None)
-        self.optimiser = make_optimizer(config.optimizer, self.trained, lr, config.optimizer_kwargs)
+        #: each group in one flat tensor where it fits and is asked for (not under a gradient scaler, which steps
+        #: per-tensor gradients)
+        self.trained = {name: FlatParameters.where_possible(parameters, allowed=flat and self.scaler is None)
+                        for name, parameters in groups.items()}
+        self.optimisers = {name: make_optimizer(config.optimizer, self.trained[name], learning_rates[name],
+                                                config.optimizer_kwargs) for name in groups}
 
-    def set_progress(self, progress: float) -> float:
-        lr = scheduled_lr(self.lr, self.schedule, progress)
-        set_learning_rate(self.optimiser, lr)
-        return lr
+    @property
+    def parameters(self) -> list[nn.Parameter]:
+        return [p for parameters in self.groups.values() for p in parameters]
 
-    def step(self, loss: torch.Tensor) -> torch.Tensor | None:
-        """Backward, clip, step; the gradient norm before clipping (when clipping). Non-finite losses and
-        gradient norms raise :class:`~rlplug.core.training.NonFiniteError`, except under a gradient scaler, which
-        skips the step and lowers its scale (that is how float16 training finds its scale)."""
-        if self.scaler is None:
-            return optimiser_step(self.optimiser, loss, self.trained, self.max_grad_norm)
-        if not torch.isfinite(loss):
+    def set_progress(self, progress: float) -> dict[str, float]:
+        """Each group's learning rate at ``progress`` (0..1) of the run, set and returned."""
+        rates = {}
+        for name, optimiser in self.optimisers.items():
+            rates[name] = scheduled_lr(self.learning_rates[name], self.schedule, progress)
+            set_learning_rate(optimiser, rates[name])
+        return rates
+
+    def step(self, loss: torch.Tensor, names) -> dict[str, torch.Tensor | None]:
+        """Backward of ``loss``, then clip and step the groups ``names``; each one's gradient norm before
+        clipping (when clipping). A non-finite loss or gradient norm raises
+        :class:`~rlplug.core.training.NonFiniteError` before anything is stepped, except under a gradient scaler,
+        which skips the step and lowers its scale (that is how float16 training finds its scale)."""
+        if self.scaler is None and not math.isfinite(loss.item()):
             raise NonFiniteError("the loss")
-        self.optimiser.zero_grad(set_to_none=True)
+        for name in names:
+            trained = self.trained[name]
+            if isinstance(trained, FlatParameters):
+                trained.zero_grad()
+            else:
+                self.optimisers[name].zero_grad(set_to_none=True)
+        if self.scaler is None:
+            loss.backward()
+            return {name: clip_and_step(self.optimisers[name], self.trained[name], self.max_grad_norm)
+                    for name in names}
         self.scaler.scale(loss).backward()
-        self.scaler.unscale_(self.optimiser)
-        norm = None
-        if self.max_grad_norm:
-            norm = nn.utils.clip_grad_norm_(self.parameters, self.max_grad_norm, foreach=True)
-        self.scaler.step(self.optimiser)
+        norms = {}
+        for name in names:
+            self.scaler.unscale_(self.optimisers[name])
+            norms[name] = (nn.utils.clip_grad_norm_(self.groups[name], self.max_grad_norm, foreach=True)
+                           if self.max_grad_norm else None)
+            self.scaler.step(self.optimisers[name])
         self.scaler.update()
-        return norm
+        return norms
 
     def state_dict(self) -> dict:
-        state = {"optimiser": self.optimiser.state_dict()}
-        if self.scaler is not None:
-            state["scaler"] = self.scaler.state_dict()
-        return state
+        state = {name: optimiser.state_dict() for name, optimiser in self.optimisers.items()}
+        return {"optimisers": state, **({"scaler": self.scaler.state_dict()} if self.scaler is not None else {})}
 
     def load_state_dict(self, state: dict) -> None:
-        self.optimiser.load_state_dict(state["optimiser"])
+        for name, optimiser in self.optimisers.items():
+            optimiser.load_state_dict(state["optimisers"][name])
         if self.scaler is not None and "scaler" in state:
             self.scaler.load_state_dict(state["scaler"])
 

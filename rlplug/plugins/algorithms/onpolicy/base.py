@@ -61,7 +61,8 @@ class OnPolicy:
         self.optimiser = make_optimizer(config.optimizer, self.trained, config.lr, config.optimizer_kwargs)
         # built once the parameters sit where they will stay: a loss may keep views of them
         self.loss_module = protocols.conform(protocols.Loss, config.loss.build(
-            networks=self.networks(), settings=config, action_spec=action_spec, device=device,
+            networks=self.networks(), settings=config, observation_spec=observation_spec, action_spec=action_spec,
+            device=device,
         ), config.loss.title)
         self.reports_diagnostics = protocols.has_member(self.loss_module, protocols.Loss.diagnostics)
         #: a loss that keeps a copy of the collecting policy (TorchRL's KLPENPPOLoss) refreshes it before each update
