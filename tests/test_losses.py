@@ -157,14 +157,16 @@ def test_value_clipping_takes_the_larger_of_the_clipped_and_unclipped_errors():
     data = minibatch(policy, env, 2, 0)
     with torch.no_grad():
         value = loss.value(data.get("observation"))
-    # row 0: moved far from its old value, towards the target; row 1: within the clip range
-    data.set("state_value", value + torch.tensor([[2.0], [0.1]]))
-    data.set("value_target", value + torch.tensor([[1.5], [0.3]]))
-    clipped_0 = (2.0 - 0.5) - 1.5  # the old value plus at most the clip range, against the target
-    expected = (max(1.5 ** 2, clipped_0 ** 2) + max(0.3 ** 2, 0.3 ** 2)) / 2
+    # row 0: moved 2.0 up from its old value, overshooting the target by 0.5: unclipped error 0.5, but the
+    # clipped prediction (old + 0.5) is 1.0 short of the target, and the larger error counts; row 1: in range
+    data.set("state_value", value + torch.tensor([[-2.0], [0.1]]))
+    data.set("value_target", value + torch.tensor([[-0.5], [0.3]]))
+    expected = (max(0.5 ** 2, 1.0 ** 2) + 0.3 ** 2) / 2
     assert loss(data).get("loss_critic").item() == pytest.approx(expected, rel=1e-4)
     unclipped, _, _ = one_step("clip", value_coef=1.0)
-    assert unclipped(data).get("loss_critic").item() == pytest.approx((1.5 ** 2 + 0.3 ** 2) / 2, rel=1e-4)
+    with torch.no_grad():
+        plain = (unclipped.value(data.get("observation")) - data.get("value_target")).pow(2).mean().item()
+    assert unclipped(data).get("loss_critic").item() == pytest.approx(plain, rel=1e-4)
 
 
 def test_the_entropy_term_rewards_entropy():
