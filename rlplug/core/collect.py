@@ -26,6 +26,7 @@ from rlplug.core.episodes import EpisodeTracker
 from rlplug.errors import UserError
 from rlplug.core.recurrent import is_recurrent, with_recurrent_state
 from rlplug.core.tensordicts import trusted
+from rlplug.core.transformed import env_rewards
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability
 
@@ -83,7 +84,7 @@ class Collector:
     def collect(self) -> TensorDictBase:
         with set_exploration_type(ExplorationType.RANDOM):
             batch = self._collect_arrays() if self.array_actor else self._collect_tensordicts()
-        rewards = batch.get(("next", "reward")).reshape(self.envs, self.steps).cpu().numpy()
+        rewards = env_rewards(batch).reshape(self.envs, self.steps).cpu().numpy()
         dones = batch.get(("next", "done")).reshape(self.envs, self.steps).cpu().numpy()
         self.tracker.add(rewards, dones)
         return batch

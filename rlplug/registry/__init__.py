@@ -9,7 +9,7 @@ from rlplug.registry.components import COMPONENT_TYPES, Component
 from rlplug.errors import UserError
 from rlplug.errors import a
 from rlplug.registry.manager import get_registry
-from rlplug.registry.schema import validate
+from rlplug.registry.schema import convert, validate
 from rlplug.registry.registry import ComponentSpec, Registry, kind_of
 
 __all__ = ["ComponentSpec", "Registry", "get_registry", "kind_of", "resolve", "make"]
@@ -30,13 +30,15 @@ def resolve(component_type: type[Component], table: Mapping[str, Any], path: str
             spec = registry.lookup(kind, name)
         except UserError as error:
             raise error.located(prefix="use") from None
-        params = {k: v for k, v in table.items() if k != "use"}
+        params = {k: v for k, v in table.items() if k != "use" and k not in component_type.own_keys}
         what = f"{kind} '{spec.name}'"
-        checked = validate(spec.schema, params, what=what,
-                           resolve=lambda cls, sub, sub_path: resolve(cls, sub, sub_path, registry))
+        nested = lambda cls, sub, sub_path: resolve(cls, sub, sub_path, registry)  # noqa: E731
+        checked = validate(spec.schema, params, what=what, resolve=nested)
+        own = {key: convert(table[key], annotation, path=key, resolve=nested)
+               for key, annotation in component_type.own_keys.items() if key in table}
     except UserError as error:
         raise error.located(prefix=path) from None
-    return component_type(spec, checked, path)
+    return component_type(spec, checked, path, **{key: tuple(value) for key, value in own.items()})
 
 
 def make(kind: str, name: str, **params: Any) -> Any:

@@ -24,6 +24,8 @@ class Component:
     """A component chosen and checked by a recipe (or ``rlplug.make``), ready to build."""
 
     kind: ClassVar[str] = "component"
+    #: keys of its table that rlplug handles itself rather than the factory: name -> annotation
+    own_keys: ClassVar[dict[str, Any]] = {}
 
     spec: "ComponentSpec"
     params: Mapping[str, Any] = field(default_factory=dict)
@@ -88,12 +90,32 @@ class ComponentFailure(UserError):
     """A component's factory raised while building it."""
 
 
+@dataclass(frozen=True)
 class Env(Component):
+    """An env and the ``[[env.transforms]]`` around it: any env plugin's table takes that key, which rlplug
+    applies (in order, through TorchRL's ``TransformedEnv``) to every env it builds from the recipe."""
+
     kind = "env"
+    transforms: tuple["Transform", ...] = ()
 
     def with_copies(self, count: int) -> "Env":
         """The same env with ``count`` copies where it takes ``num_envs``, else itself."""
         return self.with_params(num_envs=count) if "num_envs" in self.params else self
+
+    def build(self, **context: Any) -> Any:
+        """The env, inside its transforms when the recipe names any (their errors name ``env.transforms[i]``)."""
+        env = super().build(**context)
+        if not self.transforms:
+            return env
+        from rlplug.core.transformed import with_transforms
+
+        return with_transforms(env, self.transforms, context)
+
+    def resolved(self) -> dict[str, Any]:
+        table = super().resolved()
+        if self.transforms:
+            table["transforms"] = [transform.resolved() for transform in self.transforms]
+        return table
 
 
 class Algorithm(Component):
@@ -134,6 +156,10 @@ class Loss(Component):
 
 class Transform(Component):
     kind = "transform"
+
+
+#: an env table's ``transforms`` belong to rlplug, not to the env's factory
+Env.own_keys = {"transforms": list[Transform]}
 
 
 #: kind name -> annotation class, for the kinds that hooks register.

@@ -38,6 +38,7 @@ BUILTIN_MODULES = (
     "rlplug.plugins.preprocessors",
     "rlplug.plugins.runners",
     "rlplug.plugins.losses",
+    "rlplug.plugins.transforms",
 )
 
 _cache: dict[bool, Registry] = {}

@@ -8,6 +8,7 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from rlplug.core.collect import array_actor_for
 from rlplug.core.episodes import EpisodeTracker
+from rlplug.core.transformed import env_rewards
 from rlplug.core.recurrent import is_recurrent, with_recurrent_state
 from rlplug.recipe import Recipe
 
@@ -41,6 +42,6 @@ def evaluate(env: EnvBase, policy, episodes: int, seed: int) -> list[float]:
             state = env.reset()
             while tracker.episodes < episodes:
                 step, state = env.step_and_maybe_reset(policy(state))
-                tracker.add(step.get(("next", "reward")).reshape(envs, 1).cpu().numpy(),
+                tracker.add(env_rewards(step).reshape(envs, 1).cpu().numpy(),
                             step.get(("next", "done")).reshape(envs, 1).cpu().numpy())
     return list(tracker.recent)

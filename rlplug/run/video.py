@@ -139,6 +139,7 @@ def film_episode(env, policy, seed: int, write, cannot_render) -> tuple[float, i
     from torchrl.envs.utils import ExplorationType, set_exploration_type, step_mdp
 
     from rlplug.core.collect import actor_view_for
+    from rlplug.core.transformed import env_rewards
 
     def frames_now(ended: bool) -> list:
         try:
@@ -172,7 +173,7 @@ def film_episode(env, policy, seed: int, write, cannot_render) -> tuple[float, i
             write(frames_now(False))
             while not ended:
                 step = env.step(policy(state))
-                total += float(step.get(("next", "reward")).sum())
+                total += float(env_rewards(step).sum())
                 ended = bool(step.get(("next", "done")).any())
                 steps += 1
                 write(frames_now(ended))

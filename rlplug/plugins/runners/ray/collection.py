@@ -11,6 +11,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from rlplug.core.episodes import EpisodeTracker
+from rlplug.core.transformed import env_rewards
 from rlplug.errors import UserError
 from rlplug.plugins.runners.ray.cluster import check_resources, connect_ray, ray_module
 from rlplug.plugins.runners.ray.gradients import GradientWorkerSpec, gradient_mode_problem, gradient_update
@@ -225,7 +226,7 @@ class RayCollection:
         self.collections += 1
         # tracker rows: worker w's envs are rows w * envs_per_worker onwards (a synchronous batch is all of them)
         rows = workers * self.envs_per_worker + np.arange(len(workers)) % self.envs_per_worker
-        rewards = batch.get(("next", "reward")).reshape(len(rows), -1).cpu().numpy()
+        rewards = env_rewards(batch).reshape(len(rows), -1).cpu().numpy()
         dones = batch.get(("next", "done")).reshape(len(rows), -1).cpu().numpy()
         self.tracker.add(rewards, dones, rows)
         return batch if self.device.type == "cpu" else batch.to(self.device)

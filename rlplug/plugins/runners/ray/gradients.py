@@ -14,6 +14,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from rlplug.core.training import NonFiniteError
+from rlplug.core.transformed import env_rewards
 from rlplug.plugins.algorithms.onpolicy.base import OnPolicy
 from rlplug.plugins.runners.ray.cluster import ray_module
 from rlplug.registry import protocols
@@ -68,7 +69,7 @@ class GradientWorker:
         algorithm.before_update(progress)
         self.prepared = algorithm.prepare(batch, worker_minibatch(algorithm, self.workers))
         variance = self.prepared.explained_variance
-        return TensorDict({"next": {"reward": batch.get(("next", "reward")), "done": batch.get(("next", "done"))},
+        return TensorDict({"next": {"reward": env_rewards(batch), "done": batch.get(("next", "done"))},
                            "explained_variance": torch.full(batch.batch_size, math.nan if variance is None else variance,
                                                             dtype=torch.float64)},
                           batch_size=batch.batch_size)
