@@ -1,0 +1,164 @@
+"""The transform kind: TorchRL's transforms from [[env.transforms]], in order, on training and evaluation envs,
+with returns always in the env's own reward units."""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+
+import pytest
+import torch
+
+import rlplug
+from conftest import CANONICAL, run_cli
+from rlplug.core.collect import array_road_open
+from rlplug.errors import UserError
+from rlplug.recipe import validate
+from rlplug.run.evaluation import build_eval_env
+
+BASE = tomllib.loads(CANONICAL.read_text())
+
+
+def recipe_with(transforms: list[dict], **env):
+    data = copy.deepcopy(BASE)
+    data["env"].update(num_envs=2, **env)
+    data["env"]["transforms"] = transforms
+    return validate(data, file="test.toml")
+
+
+def steps(env, count: int = 3):
+    state, taken = env.reset(), []
+    for _ in range(count):
+        step, state = env.step_and_maybe_reset(env.rand_action(state))
+        taken.append(step)
+    return taken
+
+
+@pytest.mark.parametrize("transforms, reward", [
+    ([{"use": "RewardScaling", "scale": 2.0}, {"use": "RewardScaling", "loc": 1.0}], 3.0),
+    ([{"use": "RewardScaling", "loc": 1.0}, {"use": "RewardScaling", "scale": 2.0}], 4.0),
+])
+def test_transforms_apply_in_order_and_the_env_reward_is_kept(transforms, reward):
+    env = recipe_with(transforms).env.build(device="cpu")
+    for step in steps(env):
+        assert torch.all(step.get(("next", "reward")) == reward)
+        assert torch.all(step.get(("next", "env_reward")) == 1.0)  # CartPole's own reward
+
+
+TRANSFORMS = {
+    "StepCounter": {"max_steps": 5},
+    "RewardScaling": {"scale": 0.1},
+    "RewardSum": {},
+    "ObservationNorm": {"loc": [0.0, 0.0, 0.0, 0.0], "scale": 2.0},
+    "VecNorm": {},
+    "CatFrames": {"N": 3},
+    "CatTensors": {"in_keys": ["observation"], "out_key": "features"},
+    "DoubleToFloat": {},
+    "RenameTransform": {"in_keys": ["observation"], "out_keys": ["state"]},
+    "ClipTransform": {"in_keys": ["observation"], "low": -0.01, "high": 0.01},
+    "FrameSkipTransform": {"frame_skip": 2},
+    "TimeMaxPool": {"in_keys": ["observation"], "T": 2},
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRANSFORMS))
+def test_each_transform_runs_on_a_gymnasium_env(name):
+    env = recipe_with([{"use": name, **TRANSFORMS[name]}]).env.build(device="cpu")
+    for step in steps(env, 6):
+        assert step.get(("next", "env_reward")).shape == (2, 1)
+
+
+def test_transforms_do_what_torchrl_says():
+    env = recipe_with([{"use": "CatFrames", "N": 3}, {"use": "ClipTransform", "in_keys": ["observation"],
+                                                        "low": -0.01, "high": 0.01},
+                       {"use": "StepCounter", "max_steps": 4}]).env.build(device="cpu")
+    assert env.observation_spec["observation"].shape == (2, 12)
+    taken = steps(env, 4)
+    assert all(step.get("observation").abs().max() <= 0.01 for step in taken)
+    assert taken[-1].get(("next", "truncated")).all()  # StepCounter cut every episode at 4 steps
+    frame_skip = recipe_with([{"use": "FrameSkipTransform", "frame_skip": 3}]).env.build(device="cpu")
+    assert torch.all(steps(frame_skip, 1)[0].get(("next", "env_reward")) == 3.0)  # three CartPole steps
+
+
+def test_the_eval_env_gets_the_same_transforms_and_the_training_statistics():
+    recipe = recipe_with([{"use": "VecNorm"}, {"use": "CatFrames", "N": 2}, {"use": "StepCounter"}])
+    train, evaluation = recipe.env.build(device="cpu"), build_eval_env(recipe)
+    assert evaluation.batch_size != train.batch_size
+    assert evaluation.observation_spec["observation"].shape[-1] == train.observation_spec["observation"].shape[-1] == 8
+    assert "step_count" in evaluation.observation_spec.keys()
+    steps(train, 20)
+    evaluation.load_statistics(train.statistics())
+    evaluation.set_training(False)
+    frozen = {k: v.clone() for k, v in evaluation.statistics()["transforms[0]"]["_extra_state"].items()}
+    steps(evaluation, 5)
+    after = evaluation.statistics()["transforms[0]"]["_extra_state"]
+    assert all(torch.equal(frozen[k], after[k]) for k in frozen)
+    assert all(torch.equal(v, train.statistics()["transforms[0]"]["_extra_state"][k]) for k, v in after.items())
+
+
+def test_without_transforms_the_gym_env_keeps_the_array_road(tmp_path):
+    agent = rlplug.Agent.from_recipe(CANONICAL, out=tmp_path / "a", run={"total_frames": 256})
+    assert array_road_open(agent.run.env, agent.run.algorithm.policy)
+    transformed = rlplug.Agent.from_recipe(CANONICAL, out=tmp_path / "b", run={"total_frames": 256},
+                                           env={"transforms": [{"use": "RewardScaling", "scale": 0.5}]})
+    assert not array_road_open(transformed.run.env, transformed.run.algorithm.policy)
+
+
+@pytest.mark.parametrize("transforms, where, words", [
+    ([{"use": "RewardScalin"}], "env.transforms[0].use", ["did you mean 'RewardScaling'"]),
+    ([{"use": "StepCounter"}, {"use": "RewardScaling", "scale": "x"}], "env.transforms[1].scale", ["number"]),
+    ([{"use": "CatFrames"}], "env.transforms[0]", ["missing required key 'N'"]),
+    ([{"use": "StepCounter", "max_step": 3}], "env.transforms[0].max_step", ["did you mean 'max_steps'"]),
+])
+def test_bad_transform_tables_name_their_key(transforms, where, words):
+    with pytest.raises(UserError) as raised:
+        recipe_with(transforms)
+    assert where in str(raised.value) and all(w in str(raised.value) for w in words)
+
+
+@pytest.mark.parametrize("transforms, where, words", [
+    ([{"use": "StepCounter"}, {"use": "CatFrames", "N": 2, "in_keys": ["pixels"]}], "env.transforms[1]",
+     ["'pixels'", "observation"]),
+    ([{"use": "ObservationNorm", "loc": [0.0, 1.0], "scale": 1.0}], "env.transforms[0]", ["does not apply"]),
+    ([{"use": "RewardScaling", "scale": 0.5}, {"use": "FrameSkipTransform", "frame_skip": 2}],
+     "env.transforms[1]", ["before env.transforms[0]"]),
+])
+def test_transforms_that_do_not_fit_the_env_fail_before_training(transforms, where, words):
+    with pytest.raises(UserError) as raised:
+        recipe_with(transforms).env.build(device="cpu")
+    assert str(raised.value).startswith(f"{where}:") and all(w in str(raised.value) for w in words)
+    assert "\n" not in str(raised.value)
+
+
+@pytest.mark.slow
+def test_a_run_with_scaled_rewards_reports_the_env_own_returns(tmp_path):
+    agent = rlplug.Agent.from_recipe(
+        CANONICAL, out=tmp_path / "run", run={"total_frames": 8192}, eval={"episodes": 4},
+        env={"transforms": [{"use": "RewardScaling", "scale": 0.1}, {"use": "VecNorm"}]},
+        loggers=[{"use": "csv"}])
+    summary = agent.train()
+    assert summary["eval_return_mean"] > 50  # scaled by 0.1 the reward could not sum past 50
+    assert summary["train_return_recent"] > 9  # CartPole episodes last 9 steps or more: 0.9 scaled
+    reloaded = rlplug.Agent.load(tmp_path / "run" / "checkpoint.pt", out=tmp_path / "again")  # the VecNorm statistics come back from the checkpoint
+    assert min(reloaded.evaluate()) > 50
+
+
+@pytest.mark.slow
+def test_list_shows_the_transform_kind():
+    result = run_cli("list")
+    assert result.returncode == 0, result.stderr
+    for name in ("RewardScaling", "VecNorm", "CatFrames", "FrameSkipTransform", "TimeMaxPool", "StepCounter"):
+        assert name in result.stdout
+    assert "transform" in result.stdout
+
+
+@pytest.mark.slow
+def test_a_bad_transform_is_one_line_naming_the_key(tmp_path):
+    recipe = tmp_path / "bad.toml"
+    recipe.write_text(CANONICAL.read_text() + '\n[[env.transforms]]\nuse = "StepCounter"\n\n'
+                      '[[env.transforms]]\nuse = "RewardScaling"\nscale = "big"\n')
+    result = run_cli("run", str(recipe), "--out", str(tmp_path / "run"))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(recipe) in lines[0] and "env.transforms[1].scale" in lines[0]
+    assert not (tmp_path / "run").exists()
