@@ -12,7 +12,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import CANONICAL, ROOT, run_cli
@@ -170,17 +170,22 @@ def test_unknown_command_is_a_usage_error():
     assert result.returncode == 2 and "invalid choice" in result.stderr
 
 
+@settings(max_examples=25, deadline=None)
 @given(st.lists(st.floats(-1e6, 1e6), min_size=1, max_size=20), st.randoms())
-def test_aggregate_iqm_is_a_robust_middle(returns, rng):
-    from rlplug.cli.run import aggregate_returns
+def test_aggregate_iqm_is_a_robust_middle_with_an_interval(returns, rng):
+    from rlplug.run.statistics import aggregate_returns
 
     shuffled = returns[:]
     rng.shuffle(shuffled)
-    result = aggregate_returns(dict(enumerate(returns)))
+    result = aggregate_returns(dict(enumerate(returns)), reps=50)
     assert min(returns) - 1e-6 <= result["iqm"] <= max(returns) + 1e-6
-    assert result["iqm"] == pytest.approx(aggregate_returns(dict(enumerate(shuffled)))["iqm"])
+    assert result["iqm"] == pytest.approx(aggregate_returns(dict(enumerate(shuffled)), reps=50)["iqm"])
     if len(returns) < 4:
         assert result["iqm"] == pytest.approx(result["mean"])
+    for metric in ("iqm", "mean", "median"):
+        low, high = result["ci95"][metric]
+        assert min(returns) - 1e-6 <= low <= high <= max(returns) + 1e-6
+    assert result["optimality_gap"] is None and result["ci95"]["optimality_gap"] is None
 
 
 @pytest.mark.parametrize("text, seeds", [("0-4", [0, 1, 2, 3, 4]), ("1,3,7", [1, 3, 7]), ("5", [5]), ("0-1,4", [0, 1, 4])])
@@ -211,7 +216,16 @@ def test_run_with_seeds_writes_each_run_the_aggregate_and_a_plot(tmp_path):
         summary = json.loads((out / f"seed-{seed}" / "summary.json").read_text())
         assert summary["seed"] == seed and aggregate["seeds"][str(seed)] == summary["eval_return_mean"]
     assert (out / "curve.png").read_bytes()[:4] == b"\x89PNG"
-    assert "interquartile mean" in result.stdout
+    assert "interquartile mean" in result.stdout and "95% intervals" in result.stdout
+    returns = sorted(aggregate["seeds"].values())
+    assert aggregate["mean"] == pytest.approx(sum(returns) / 2) and aggregate["std"] >= 0
+    assert aggregate["gap_threshold"] == 475  # CartPole-v1's reward_threshold in gymnasium's registry
+    assert aggregate["optimality_gap"] == pytest.approx(475 - sum(min(r, 475) for r in returns) / 2)
+    for metric in ("iqm", "mean", "median", "optimality_gap"):
+        low, high = aggregate["ci95"][metric]  # two seeds: the bootstrap's extremes are the two runs'
+        assert low <= aggregate[metric] <= high
+    assert aggregate["ci95"]["mean"] == pytest.approx(returns) or returns[0] == returns[1]
+    assert aggregate["bootstrap"]["reps"] >= 1000 and aggregate["bootstrap"]["library"] == "rliable"
     conflict = run_cli("run", str(CANONICAL), "--out", str(tmp_path / "x"), "--seeds", "0-1", "--set", "run.seed=3")
     assert conflict.returncode == 2 and "--seeds" in conflict.stderr
 

@@ -220,6 +220,46 @@ def test_plot_errors_are_one_line(runs, tmp_path):
     assert not Path(out).exists()
 
 
+AGGREGATE_LINE = re.compile(r"^(.*): median (\S+) \[(\S+), (\S+)\], iqm (\S+) \[(\S+), (\S+)\], mean (\S+) "
+                            r"\[(\S+), (\S+)\], optimality_gap (\S+) \[(\S+), (\S+)\]$", re.MULTILINE)
+
+
+@pytest.mark.slow
+def test_plot_aggregate_draws_rliable_intervals_and_profiles_of_final_returns(runs, tmp_path):
+    import json
+
+    output = tmp_path / "aggregate.png"
+    result = run_cli("plot", "--aggregate", str(runs["seed0"]), str(runs["seed1"]), str(runs["normalised"]),
+                     "-o", str(output))
+    assert result.returncode == 0, result.stderr
+    for path in (output, tmp_path / "aggregate-profile.png"):
+        width, height = png_size(path.read_bytes())
+        assert width >= 400 and height >= 100
+    found = {match.group(1): [float(v) for v in match.groups()[1:]] for match in AGGREGATE_LINE.finditer(result.stdout)}
+    assert len(found) == 2, result.stdout
+    pair = next(values for label, values in found.items() if "2 runs" in label)
+    finals = sorted(json.loads((runs[name] / "summary.json").read_text())["eval_return_mean"]
+                    for name in ("seed0", "seed1"))
+    median, iqm, mean, gap = pair[0], pair[3], pair[6], pair[9]
+    assert iqm == pytest.approx(sum(finals) / 2, rel=1e-3) and mean == iqm and median == mean  # one task
+    assert pair[7:9] == pytest.approx(finals, rel=1e-3)  # two runs: the bootstrap's extremes are theirs
+    assert gap == pytest.approx(475 - sum(finals) / 2, rel=1e-3)  # CartPole-v1's threshold, returns below it
+
+
+@pytest.mark.slow
+def test_plot_aggregate_errors_are_one_line(runs, tmp_path):
+    other_env = tmp_path / "pendulum-run"
+    shutil.copytree(runs["seed1"], other_env)
+    recipe = other_env / "recipe.toml"
+    recipe.write_text(recipe.read_text().replace('"CartPole-v1"', '"Pendulum-v1"'))
+    out = tmp_path / "x.png"
+    one_line_error(run_cli("plot", "--aggregate", str(runs["seed0"]), str(other_env), "-o", str(out)),
+                   "several envs", "CartPole-v1, Pendulum-v1", "aggregate each env's runs apart")
+    one_line_error(run_cli("plot", str(runs["seed0"]), "-o", str(out), "--gap-threshold", "100"), "--aggregate")
+    one_line_error(run_cli("plot", "--aggregate", str(runs["seed0"]), "-o", str(tmp_path / "x.gif")), ".gif")
+    assert not out.exists()
+
+
 @pytest.mark.slow
 def test_evaluation_videos_during_training_reach_wandb(tmp_path):
     recipe = tmp_path / "recipe.toml"

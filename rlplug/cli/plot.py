@@ -67,19 +67,56 @@ def add_commands(subparsers) -> None:
                         help="run directories (a directory of runs, as run --seeds writes, stands for all of them)")
     parser.add_argument("-o", "--output", type=Path, required=True, metavar="FILE",
                         help="the image to write (.png; .svg and .pdf work too)")
-    parser.add_argument("--metric", default="episode_return",
-                        help="the metrics.csv column to plot: episode_return (default; training episodes) or "
-                             "eval_return_mean (the periodic evaluations), or any other column")
+    parser.add_argument("--metric", help="the metrics.csv column to plot: episode_return (default for curves; "
+                        "training episodes) or eval_return_mean (the periodic evaluations; default with --aggregate), "
+                        "or any other column")
     parser.add_argument("--title", help="the figure's title (default: the metric and the env)")
     parser.add_argument("--band", choices=BANDS, default="minmax",
                         help="shaded band of a group: minmax (default: from the lowest to the highest run) or "
                              "std (mean +- one standard deviation across runs)")
+    parser.add_argument("--aggregate", action="store_true",
+                        help="instead of curves, each recipe's final values over its runs (seeds) with rliable: "
+                             "interval estimates of the median, IQM, mean and optimality gap (95%% stratified "
+                             "bootstrap) into -o, performance profiles into -o's name with -profile; runs of one env")
+    parser.add_argument("--gap-threshold", type=float, metavar="RETURN",
+                        help="with --aggregate: the return the optimality gap is measured to (default: the env's "
+                             "reward_threshold in gymnasium's registry; none known: no optimality gap)")
     parser.set_defaults(handler=cmd_plot)
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    output, groups = write_plot(args.run_dirs, args.output, args.metric, title=args.title, band=args.band)
+    if args.aggregate:
+        return cmd_aggregate(args)
+    if args.gap_threshold is not None:
+        raise UserError("--gap-threshold sets the optimality gap of plot --aggregate; give --aggregate too")
+    output, groups = write_plot(args.run_dirs, args.output, args.metric or "episode_return", title=args.title,
+                                band=args.band)
     print(f"wrote {output}: {describe_groups(groups)}")
+    return 0
+
+
+def cmd_aggregate(args: argparse.Namespace) -> int:
+    """``plot --aggregate``: rliable's estimates and profiles of each group's final values (rlplug.run.statistics)."""
+    from rlplug.run.statistics import plot_aggregates, reward_threshold
+
+    metric, output = args.metric or "eval_return_mean", Path(args.output)
+    if output.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise UserError(f"-o {output}: cannot write {output.suffix or '(no suffix)'} images; use .png, .svg or .pdf")
+    groups = group_runs(read_runs(expand_run_dirs([Path(d) for d in args.run_dirs]), metric))
+    envs = sorted({str((g.runs[0].recipe or {}).get("env", {}).get("id") or base_label(g)) for g in groups})
+    if len(envs) > 1:
+        raise UserError(f"--aggregate: the runs are on several envs ({', '.join(envs)}), whose returns are on "
+                        f"different scales; rlplug does not normalise them: aggregate each env's runs apart")
+    threshold = args.gap_threshold if args.gap_threshold is not None else reward_threshold(envs[0])
+    scores = {group.label: [run.values[-1] for run in group.runs] for group in groups}
+    label = f"final {METRIC_LABELS.get(metric, metric)}"
+    intervals, profiles, estimates = plot_aggregates(scores, output, gap_threshold=threshold, xlabel=label)
+    print(f"wrote {intervals} (interval estimates) and {profiles} (performance profiles): {describe_groups(groups)}")
+    for name, metrics in estimates.items():
+        shown = ", ".join(f"{m} {p:.4g} [{lo:.4g}, {hi:.4g}]" for m, (p, lo, hi) in metrics.items())
+        print(f"{name}: {shown}")
+    if threshold is None:
+        print(f"no optimality gap: {envs[0]} has no reward_threshold in gymnasium's registry; give --gap-threshold")
     return 0
 
 

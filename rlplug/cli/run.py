@@ -21,7 +21,11 @@ def add_commands(subparsers) -> None:
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a recipe value, e.g. --set algorithm.lr=3e-4 (repeatable)")
     run.add_argument("--seeds", metavar="SEEDS", help="one run per seed, e.g. 0-4 or 1,3,7, under --out/seed-N, "
-                     "then the aggregate (mean, std, interquartile mean) and one plot")
+                     "then the aggregate (rliable's IQM, mean, median and optimality gap with 95%% bootstrap "
+                     "intervals, in aggregate.json) and one plot")
+    run.add_argument("--gap-threshold", type=float, metavar="RETURN",
+                     help="with --seeds: the return the optimality gap is measured to (default: the env's "
+                          "reward_threshold in gymnasium's registry, e.g. 475 for CartPole-v1)")
     run.set_defaults(handler=cmd_run)
 
     resume = subparsers.add_parser("resume", help="continue a run from its latest checkpoint")
@@ -34,6 +38,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from rlplug.registry import get_registry
 
     get_registry().report_failures()
+    if args.gap_threshold is not None and args.seeds is None:
+        raise UserError("--gap-threshold sets the optimality gap of the aggregate over seeds; give --seeds too")
     if args.seeds is not None:
         return run_seeds(args)
     recipe = recipes.load(args.recipe, args.overrides)
@@ -127,27 +133,28 @@ def run_seeds(args: argparse.Namespace) -> int:
         if status:
             return status
         summaries[seed] = json.loads((run.run_dir / "summary.json").read_text())
-    aggregate = aggregate_returns({seed: s["eval_return_mean"] for seed, s in summaries.items()})
+    from rlplug.run.statistics import aggregate_returns, describe_aggregate, reward_threshold
+
+    recipe = recipe_by_seed[seeds[0]]
+    threshold = args.gap_threshold if args.gap_threshold is not None else reward_threshold(env_id(recipe))
+    aggregate = aggregate_returns({seed: s["eval_return_mean"] for seed, s in summaries.items()},
+                                  gap_threshold=threshold)
     (out / "aggregate.json").write_text(json.dumps(aggregate, indent=2) + "\n")
     from rlplug.cli.plot import plot_runs
 
     try:
-        curves = f", curves in {plot_runs([out / f'seed-{seed}' for seed in seeds], out / 'curve.png')}"
+        curves = f"; curves in {plot_runs([out / f'seed-{seed}' for seed in seeds], out / 'curve.png')}"
     except UserError as error:  # runs too short to have finished an episode: the numbers still stand
         curves = f" (no plot: {error})"
-    print(f"eval return over {len(seeds)} seeds: mean {aggregate['mean']:.4g}, std {aggregate['std']:.4g}, "
-          f"interquartile mean {aggregate['iqm']:.4g}; per seed in {out / 'aggregate.json'}{curves}")
+    print(f"eval return over {len(seeds)} seeds: {describe_aggregate(aggregate)}; std {aggregate['std']:.4g}; "
+          f"per seed in {out / 'aggregate.json'}{curves}")
     return 0
 
 
-def aggregate_returns(returns: dict[int, float]) -> dict:
-    """Mean, standard deviation and interquartile mean (the middle half, rliable's IQM) of final returns."""
-    import numpy as np
-
-    values = np.sort(np.array(list(returns.values()), dtype=float))
-    cut = int(0.25 * len(values))
-    return {"seeds": {str(k): v for k, v in returns.items()}, "mean": float(values.mean()),
-            "std": float(values.std()), "iqm": float(values[cut:len(values) - cut].mean())}
+def env_id(recipe) -> str | None:
+    """The gymnasium id a recipe's env names, if it names one."""
+    value = recipe.env.params.get("id")
+    return value if isinstance(value, str) else None
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
