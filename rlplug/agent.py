@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from rlplug import recipe as recipes
 from rlplug.core.acting import ActorView
 from rlplug.errors import UserError
 from rlplug.run.directory import default_run_dir
+from rlplug.run.evaluation import EVAL_SEED_OFFSET, build_eval_env, evaluate
 from rlplug.run.trainer import Run
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability
@@ -34,15 +36,20 @@ class Agent:
         self.run = run
 
     @classmethod
-    def from_recipe(cls, path: str | Path, *, out: str | Path | None = None, **overrides: Any) -> "Agent":
-        """Build from a recipe file. Overrides are dotted keys (``**{"algorithm.lr": 3e-4}``) or tables
-        (``algorithm={"lr": 3e-4}``), validated exactly like the file and like ``--set``."""
-        path = Path(path)
-        data = recipes.read_toml(path)
+    def from_recipe(cls, recipe: str | Path | Mapping[str, Any], *, out: str | Path | None = None,
+                    **overrides: Any) -> "Agent":
+        """Build from a recipe: a TOML file, or the same tables as a dict (``{"env": {"use": "gym", "id":
+        "CartPole-v1"}, "algorithm": {"use": "ppo"}}``). Overrides are dotted keys (``**{"algorithm.lr":
+        3e-4}``) or tables (``algorithm={"lr": 3e-4}``), validated exactly like the file and like ``--set``."""
+        if isinstance(recipe, Mapping):
+            data, file, name = copy.deepcopy(dict(recipe)), "<recipe dict>", Path("recipe")
+        else:
+            name = Path(recipe)
+            data, file = recipes.read_toml(name), str(name)
         for key, value in flatten(overrides).items():
-            recipes.set_value(data, key, value, file=str(path))
-        recipe = recipes.validate(data, file=str(path))
-        return cls(Run.build(recipe, Path(out) if out else default_run_dir(path)))
+            recipes.set_value(data, key, value, file=file)
+        validated = recipes.validate(data, file=file)
+        return cls(Run.build(validated, Path(out) if out else default_run_dir(name)))
 
     @classmethod
     def load(cls, path: str | Path, *, out: str | Path | None = None) -> "Agent":
@@ -56,9 +63,24 @@ class Agent:
         return self.run.train(max_frames=max_frames, max_episodes=max_episodes, max_iters=max_iters,
                               eval_every=eval_every)
 
-    def evaluate(self) -> list[float]:
-        """Returns of the deterministic policy over the recipe's ``eval.episodes`` episodes."""
-        return self.run.evaluate()
+    def evaluate(self, episodes: int | None = None) -> list[float]:
+        """Returns of the deterministic policy over ``episodes`` episodes (default: the recipe's
+        ``eval.episodes``), from the start states of the run's own evaluations, with the env's normalisation
+        statistics frozen."""
+        if episodes is None or episodes == self.run.recipe.eval.episodes:
+            return self.run.evaluate()
+        if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
+            raise UserError(f"evaluate(episodes={episodes!r}): expected a whole number of at least 1")
+        recipe = self.run.recipe
+        env = build_eval_env(recipe, episodes)
+        try:
+            statistics = self.run.env_statistics()
+            if statistics:
+                env.load_statistics(statistics)
+                env.set_training(False)
+            return evaluate(env, self.run.algorithm.policy, episodes, seed=recipe.run.seed + EVAL_SEED_OFFSET)
+        finally:
+            env.close()
 
     @torch.no_grad()
     def act(self, observation: TensorDictBase, deterministic: bool = True) -> TensorDictBase:

@@ -12,10 +12,14 @@ from rlplug.core.transformed import env_rewards
 from rlplug.core.recurrent import is_recurrent, with_recurrent_state
 from rlplug.recipe import Recipe
 
+#: Evaluation episodes start from seeds ``run.seed + EVAL_SEED_OFFSET + i`` (what :meth:`Run.evaluate` uses).
+EVAL_SEED_OFFSET = 10_000
 
-def build_eval_env(recipe: Recipe) -> EnvBase:
-    """A separate env instance for evaluation; one copy per episode where the env can say how many."""
-    return recipe.env.with_copies(recipe.eval.episodes).build(device=recipe.run.device)
+
+def build_eval_env(recipe: Recipe, episodes: int | None = None) -> EnvBase:
+    """A separate env instance for evaluation; one copy per episode (``episodes``, by default the recipe's
+    ``eval.episodes``) where the env can say how many."""
+    return recipe.env.with_copies(episodes or recipe.eval.episodes).build(device=recipe.run.device)
 
 
 @torch.no_grad()
