@@ -73,6 +73,12 @@ class Env(Protocol):
     def normalize_observation(self, observation: Any) -> Any:
         """A numpy observation as the policy sees it (``Agent.select_action``)."""
 
+    @optional
+    def observation_normalizer(self) -> Any:
+        """:meth:`normalize_observation` as a ``torch.nn.Module`` (float32 observations in and out) with the
+        statistics as they are now, frozen; None when observations pass unchanged. ``rlplug export`` puts it
+        in front of the policy; an env that normalises without it cannot be exported."""
+
     @property
     @optional
     def supports_tensor_steps(self) -> bool:

@@ -88,6 +88,11 @@ class VectorGymEnv(GymWrapper):
             return observation
         return self.stage._transform(np.asarray(observation, dtype=np.float64))
 
+    def observation_normalizer(self) -> torch.nn.Module | None:
+        """:meth:`normalize_observation` as a torch module with the statistics as they are now, frozen (for
+        ``rlplug export``); None when observations pass unchanged."""
+        return self.stage.frozen_transform()
+
     def set_training(self, training: bool = True) -> None:
         """``False``: statistics frozen and rewards unscaled (evaluation); ``True``: statistics updated."""
         self.stage.training = bool(training)

@@ -187,6 +187,18 @@ class VectorStage(gym.vector.VectorWrapper):
             self._last = np.copy(observation), {k: v for k, v in info.items() if k not in _FINAL_KEYS}
         return observation, reward, terminated, truncated, info
 
+    def frozen_transform(self) -> "ObservationTransform | None":
+        """:meth:`_transform` with the current statistics, as a torch module (float32 in and out, float64
+        inside, the same numbers as numpy's); None when observations pass unchanged. For exporting a policy."""
+        if not self.transforms_observations:
+            return None
+        if self.observations == "running":
+            center, divisor = self.obs_rms.mean, np.sqrt(self.obs_rms.var + self.epsilon)
+            return ObservationTransform(center, divisor=divisor, clip=self.clip)
+        if self.observations == "fixed":
+            return ObservationTransform(self._center, multiplier=self._inverse_half_span, clip=self.clip)
+        return ObservationTransform(clip=self.clip)
+
     def _transform(self, observation: np.ndarray) -> np.ndarray:
         if self.observations == "running":
             observation = (observation - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + self.epsilon)
@@ -195,3 +207,30 @@ class VectorStage(gym.vector.VectorWrapper):
         if self.clip is not None:
             observation = np.clip(observation, -self.clip, self.clip)
         return observation.astype(np.float32)
+
+
+class ObservationTransform(torch.nn.Module):
+    """``(x - center) / divisor`` or ``(x - center) * multiplier``, then clipped to ``[-clip, clip]``: the
+    observation transform of :class:`VectorStage` with its statistics frozen into buffers. Computed in float64
+    as the stage computes it in numpy, so an exported policy sees the very observations training saw."""
+
+    def __init__(self, center: np.ndarray | None = None, *, divisor: np.ndarray | None = None,
+                 multiplier: np.ndarray | None = None, clip: float | None = None):
+        super().__init__()
+        as_buffer = lambda array: None if array is None else torch.tensor(np.asarray(array, dtype=np.float64))
+        self.register_buffer("center", as_buffer(center))
+        self.register_buffer("divisor", as_buffer(divisor))
+        self.register_buffer("multiplier", as_buffer(multiplier))
+        self.clip = None if clip is None else float(clip)
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        x = observation.to(torch.float64)
+        if self.center is not None:
+            x = x - self.center
+        if self.divisor is not None:
+            x = x / self.divisor
+        if self.multiplier is not None:
+            x = x * self.multiplier
+        if self.clip is not None:
+            x = x.clamp(-self.clip, self.clip)
+        return x.to(torch.float32)

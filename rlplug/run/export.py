@@ -1,0 +1,258 @@
+"""A run's deterministic policy as a file that runs without rlplug: ONNX (for onnxruntime) or TorchScript.
+
+The exported module is what :meth:`rlplug.Agent.select_action` computes, as one torch module:
+
+- the env's observation normalisation and clipping (``Env.observation_normalizer``), with the statistics of
+  the checkpoint frozen in, computed in float64 as the env computes them;
+- the policy, deterministic: the most probable action of a categorical policy, the mean of a Gaussian (squashed
+  into the bounds where the recipe squashes), a deterministic actor's action, the greedy action of Q-values.
+
+Input ``observation``: float32 ``[batch, *observation shape]``, observations as the recipe's env gives them
+(after its per-env wrappers: frame stacking, entries kept), before normalisation. Outputs: ``action``, the
+action in gymnasium's format (int64 ``[batch]``, the index, for discrete actions; float32 ``[batch, n]`` for
+continuous ones) and, for categorical policies, ``logits`` (float32 ``[batch, choices]``). What each output is
+is also written into the file (ONNX metadata and output doc strings; a TorchScript extra file
+``rlplug.json``): see :func:`describe`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+from torch import nn
+from torchrl.envs.utils import ExplorationType, set_exploration_type
+
+from rlplug.core.acting import ActorView, deterministic_sample
+from rlplug.core.recurrent import is_recurrent
+from rlplug.errors import UserError
+from rlplug.registry import protocols
+from rlplug.registry.protocols import capability
+
+FORMATS = ("onnx", "torchscript")
+#: The ONNX opset written (onnxruntime 1.17 and later run it).
+OPSET = 18
+#: The TorchScript extra file that describes the inputs and outputs.
+TORCHSCRIPT_INFO = "rlplug.json"
+
+
+class CategoricalPolicy(nn.Module):
+    """``observation -> (action index, logits)``: the most probable action, as :class:`ActorView` picks it."""
+
+    def __init__(self, view: ActorView):
+        super().__init__()
+        self.params = view.params_module
+
+    def forward(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = self.params(observation)
+        return logits.log_softmax(-1).argmax(-1), logits
+
+
+class DistributionPolicy(nn.Module):
+    """``observation -> action``: the deterministic sample of the policy's distribution (a Gaussian's mean,
+    squashed into the bounds where the head squashes)."""
+
+    def __init__(self, view: ActorView):
+        super().__init__()
+        self.params = view.params_module
+        self.view = view
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        params = self.params(observation)
+        params = params if isinstance(params, tuple) else (params,)
+        view = self.view
+        return deterministic_sample(view.distribution_class(**dict(zip(view.param_keys, params)),
+                                                            **view.distribution_kwargs))
+
+
+class TensorDictPolicy(nn.Module):
+    """``observation -> action`` through the policy's TensorDict interface (deterministic actors with their
+    exploration stages, Q-value policies); one-hot actions become indices."""
+
+    def __init__(self, policy: nn.Module, observation_key: str, one_hot: bool):
+        super().__init__()
+        self.policy, self.observation_key, self.one_hot = policy, observation_key, one_hot
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        data = TensorDict({self.observation_key: observation}, batch_size=observation.shape[:1])
+        action = self.policy(data).get("action")
+        return action.argmax(-1) if self.one_hot else action
+
+
+class DeployedPolicy(nn.Module):
+    """The observation normalisation, then the deterministic policy."""
+
+    def __init__(self, normalizer: nn.Module | None, policy: nn.Module):
+        super().__init__()
+        self.normalizer, self.policy = normalizer, policy
+
+    def forward(self, observation: torch.Tensor):
+        if self.normalizer is not None:
+            observation = self.normalizer(observation)
+        return self.policy(observation)
+
+
+@dataclass
+class Deployable:
+    """A run's policy ready to be exported, and what its inputs and outputs are."""
+
+    module: DeployedPolicy
+    example: torch.Tensor
+    outputs: list[str]
+    info: dict[str, Any]
+
+
+def deployable(run) -> Deployable:
+    """The deterministic policy of ``run`` (a :class:`rlplug.run.trainer.Run`) with its env's observation
+    normalisation in front; ``UserError`` for what cannot be exported."""
+    policy = run.algorithm.policy
+    if is_recurrent(policy):
+        raise UserError("the policy is recurrent (lstm, gru): export takes feed-forward policies for now; the "
+                        "checkpoint still runs with rlplug.Agent.load")
+    env = run.env
+    normalizer = None
+    if capability(env, protocols.Env.normalize_observation):
+        make = capability(env, protocols.Env.observation_normalizer)
+        if make is None:
+            raise UserError(f"the env ({run.recipe.env.title}) normalises observations but offers no "
+                            f"observation_normalizer() to export it with")
+        normalizer = make()
+    discrete = type(env.action_spec).__name__ in ("OneHot", "Categorical")
+    try:
+        view = ActorView.of(policy)
+    except TypeError:
+        view = None
+    if view is not None and view.categorical:
+        actor, outputs = CategoricalPolicy(view), ["action", "logits"]
+        key = view.observation_key
+    elif view is not None:
+        actor, outputs, key = DistributionPolicy(view), ["action"], view.observation_key
+    else:
+        key = policy.in_keys[0]
+        actor, outputs = TensorDictPolicy(policy, key, type(env.action_spec).__name__ == "OneHot"), ["action"]
+    shape = tuple(env.observation_spec[key].shape[env.batch_dims:])
+    module = DeployedPolicy(normalizer, actor).eval()
+    example = env.observation_spec[key].zero()[(0,) * env.batch_dims].expand(2, *shape).to(torch.float32)
+    info = describe(run, outputs, discrete, shape, normalizer is not None)
+    return Deployable(module, example.contiguous(), outputs, info)
+
+
+def describe(run, outputs: list[str], discrete: bool, shape: tuple[int, ...], normalised: bool) -> dict[str, Any]:
+    """What the exported file holds, in words and numbers (ONNX metadata, TorchScript's extra file)."""
+    recipe = run.recipe
+    env_id = recipe.env.params.get("id") if isinstance(recipe.env.params.get("id"), str) else None
+    if discrete:
+        action = ("int64 [batch]: the index of the chosen action (the most probable one), as gymnasium's Discrete "
+                  "space takes it; not logits")
+    else:
+        dims = int(run.env.action_spec.shape[-1])
+        action = (f"float32 [batch, {dims}]: the action in the env's units, deterministic (a Gaussian policy's "
+                  f"mean, squashed into the bounds where the policy squashes)")
+    described = {"action": action}
+    if "logits" in outputs:
+        described["logits"] = "float32 [batch, choices]: the policy's logits (unnormalised log-probabilities)"
+    observation = f"float32 [batch, {', '.join(map(str, shape))}]: observations as the env gives them"
+    return {
+        "producer": "rlplug export", "env": env_id or recipe.env.spec.name, "algorithm": recipe.algorithm.spec.name,
+        "frames": run.frames, "seed": recipe.run.seed,
+        "input": {"observation": observation + (" (normalised inside the file)" if normalised else "")},
+        "outputs": described, "action_type": "discrete" if discrete else "continuous",
+        "observation_normalization": "included, statistics frozen at export" if normalised else "none",
+    }
+
+
+@contextlib.contextmanager
+def exporting():
+    """The deterministic branch of every policy, no distribution argument checks (constants to the tracer),
+    and torch's exporters' own chatter kept off the console."""
+    loggers = [logging.getLogger(name) for name in ("torch.onnx", "torch.export", "torch._export", "onnxscript")]
+    levels = [logger.level for logger in loggers]
+    validate = torch.distributions.Distribution._validate_args
+    try:
+        for logger in loggers:
+            logger.setLevel(logging.ERROR)
+        torch.distributions.Distribution.set_default_validate_args(False)
+        with warnings.catch_warnings(), set_exploration_type(ExplorationType.DETERMINISTIC), torch.no_grad():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        torch.distributions.Distribution.set_default_validate_args(validate)
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+def exported_program(item: Deployable):
+    """``item`` captured by ``torch.export`` (aten operations only, the batch dimension left free): what both
+    formats are written from, so that they compute the same graph."""
+    with exporting():
+        return torch.export.export(item.module, (item.example,), dynamic_shapes=({0: torch.export.Dim("batch")},),
+                                   strict=False)
+
+
+def export_onnx(item: Deployable, path: Path) -> Path:
+    """Write ``item`` as an ONNX model with a dynamic batch dimension, its description in the metadata."""
+    import onnx
+
+    program = exported_program(item)
+    with exporting():
+        onnx_program = torch.onnx.export(program, (item.example,), dynamo=True, input_names=["observation"],
+                                         output_names=item.outputs, opset_version=OPSET, verbose=False)
+    model = onnx_program.model_proto
+    for output in model.graph.output:
+        output.doc_string = item.info["outputs"].get(output.name, "")
+    model.graph.input[0].doc_string = item.info["input"]["observation"]
+    model.doc_string = f"rlplug policy: {item.info['algorithm']} on {item.info['env']}"
+    for key, value in flat_info(item.info).items():
+        entry = model.metadata_props.add()
+        entry.key, entry.value = f"rlplug.{key}", value
+    onnx.checker.check_model(model)
+    write_bytes(path, model.SerializeToString())
+    return path
+
+
+def export_torchscript(item: Deployable, path: Path) -> Path:
+    """Write ``item`` as TorchScript (``torch.jit.load`` runs it), its description as an extra file. The
+    exported program's graph is traced, not the module: TorchRL's distributions call Python autograd
+    functions, which TorchScript cannot hold, and ``torch.export`` has already inlined them."""
+    import io
+
+    program = exported_program(item)
+    with exporting():
+        traced = torch.jit.trace(program.module(), (item.example,), check_trace=False)
+        buffer = io.BytesIO()
+        torch.jit.save(traced, buffer, _extra_files={TORCHSCRIPT_INFO: json.dumps(item.info, indent=2)})
+    write_bytes(path, buffer.getvalue())
+    return path
+
+
+def flat_info(info: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    flat: dict[str, str] = {}
+    for key, value in info.items():
+        if isinstance(value, dict):
+            flat.update(flat_info(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = str(value)
+    return flat
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    from rlplug.run.directory import write_atomically
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, data)
+
+
+def export(run, path: Path, fmt: str) -> tuple[Path, Deployable]:
+    """Export ``run``'s deterministic policy to ``path`` in ``fmt`` ("onnx" or "torchscript")."""
+    if fmt not in FORMATS:
+        raise UserError(f"--format {fmt}: expected one of {', '.join(FORMATS)}")
+    item = deployable(run)
+    writer = export_onnx if fmt == "onnx" else export_torchscript
+    return writer(item, Path(path)), item
