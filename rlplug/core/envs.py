@@ -15,3 +15,12 @@ def env_statistics(env) -> dict[str, Any]:
     defines ``statistics()``, ``load_statistics(state)`` and ``set_training(flag)``."""
     statistics = capability(env, protocols.Env.statistics)
     return statistics() if statistics else {}
+
+
+def build_env(component, **context):
+    """The recipe's env built, with one ``observation`` entry for the networks wherever it declares several
+    (:func:`rlplug.core.observations.one_observation`): every env of a run, training, evaluation and
+    workers', is built here, so all see the same entries."""
+    from rlplug.core.observations import one_observation
+
+    return one_observation(component.build(**context))

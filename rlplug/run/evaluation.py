@@ -7,6 +7,7 @@ from torchrl.envs import EnvBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from rlplug.core.collect import array_actor_for
+from rlplug.core.envs import build_env
 from rlplug.core.episodes import EpisodeTracker
 from rlplug.core.transformed import env_rewards
 from rlplug.core.recurrent import is_recurrent, with_recurrent_state
@@ -19,7 +20,7 @@ EVAL_SEED_OFFSET = 10_000
 def build_eval_env(recipe: Recipe, episodes: int | None = None) -> EnvBase:
     """A separate env instance for evaluation; one copy per episode (``episodes``, by default the recipe's
     ``eval.episodes``) where the env can say how many."""
-    return recipe.env.with_copies(episodes or recipe.eval.episodes).build(device=recipe.run.device)
+    return build_env(recipe.env.with_copies(episodes or recipe.eval.episodes), device=recipe.run.device)
 
 
 @torch.no_grad()
@@ -35,10 +36,8 @@ def evaluate(env: EnvBase, policy, episodes: int, seed: int) -> list[float]:
             act = actor.act
             observation = env.reset_arrays(seed=seed)
             while tracker.episodes < episodes:
-                transition = env.step_arrays(act(observation, deterministic=True)[0])
-                done = transition.terminated | transition.truncated
-                tracker.add(transition.reward.reshape(envs, 1), done.reshape(envs, 1))
-                observation = transition.observation
+                _, reward, terminated, truncated, observation = env.step_arrays(act(observation, deterministic=True)[0])
+                tracker.add(reward.reshape(envs, 1), (terminated | truncated).reshape(envs, 1))
         else:
             if is_recurrent(policy):
                 env = with_recurrent_state(env, policy)

@@ -31,7 +31,7 @@ from rlplug.registry import protocols
 from rlplug.registry.protocols import capability, checked_metrics, conform
 from rlplug.run.checkpoints import CHECKPOINT_FORMAT, load_checkpoint, rng_state, set_rng_state
 from rlplug.run.directory import check_run_dir, ensure_writable, write_atomically
-from rlplug.core.envs import env_statistics
+from rlplug.core.envs import build_env, env_statistics
 from rlplug.run.evaluation import build_eval_env, evaluate
 
 quiet_torchrl()
@@ -72,7 +72,7 @@ class Run:
         settings = recipe.run
         prepare_process(settings.num_threads)
         seed_everything(settings.seed)
-        env = recipe.env.build(device=settings.device)
+        env = build_env(recipe.env, device=settings.device)
         eval_env = build_eval_env(recipe)
         algorithm = recipe.algorithm.build(
             observation_spec=env.observation_spec, action_spec=env.action_spec, device=settings.device,

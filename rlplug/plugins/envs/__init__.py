@@ -1,4 +1,5 @@
-"""Gymnasium environments, vectorised in-process."""
+"""Env plugins: gymnasium ids vectorised in-process (``gym``, with the array road), TorchRL's ``PendulumEnv``
+(``torchrl-pendulum``) and DeepMind Control (``dm_control``, TorchRL's ``DMControlEnv``)."""
 
 from __future__ import annotations
 
@@ -145,6 +146,63 @@ def make_gym(
     )
 
 
+def in_keys_problem(in_keys: list[str]) -> str | None:
+    """What is wrong with ``in_keys`` before the env exists (names are checked against it at build)."""
+    if not in_keys:
+        return "must name at least one observation entry"
+    if len(set(in_keys)) != len(in_keys):
+        return f"names an entry twice: {in_keys}"
+    return None
+
+
+#: the observation entries networks read, concatenated into ``observation`` (nested ones as ``params.g``);
+#: unset: every floating-point entry, in the env's order
+InKeys = Annotated[list[str], Check(in_keys_problem)] | None
+
+
+def make_torchrl_pendulum(
+    #: pendulums stepped together, as one batch
+    num_envs: Annotated[int, Range(ge=1)] = 1,
+    #: TorchRL's PendulumEnv never ends by itself: episodes are truncated here (gymnasium's Pendulum: 200)
+    max_episode_steps: Annotated[int, Range(ge=1)] = 200,
+    in_keys: InKeys = None,
+    device: str = "cpu",
+):
+    """TorchRL's own ``PendulumEnv``, batched: observations ``th`` (the angle, 0 upright) and ``thdot``, plus
+    the physical constants under ``params`` (all read unless ``in_keys = ["th", "thdot"]``); reward
+    ``-(th^2 + 0.1 thdot^2 + 0.001 torque^2)``; one torque in [-2, 2]."""
+    from rlplug.plugins.envs.torchrl_envs import make_pendulum
+
+    return make_pendulum(num_envs, max_episode_steps, in_keys, device)
+
+
+def make_dm_control(
+    #: the dm_control suite domain, e.g. cheetah, walker, cartpole
+    domain: str,
+    #: the domain's task, e.g. run (cheetah), walk (walker), swingup (cartpole)
+    task: str,
+    #: copies stepped one after the other in this process (TorchRL's SerialEnv)
+    num_envs: Annotated[int, Range(ge=1)] = 1,
+    #: observe the camera's image only (a float [3, pixels_size, pixels_size] entry 'pixels'); needs an
+    #: OpenGL backend for MuJoCo (MUJOCO_GL=egl on a machine without a display)
+    from_pixels: bool = False,
+    pixels_size: Annotated[int, Range(ge=8)] = 84,
+    #: each action repeated this many times (action repeat); episodes are 1000 physics steps long
+    frame_skip: Annotated[int, Range(ge=1)] = 1,
+    in_keys: InKeys = None,
+    device: str = "cpu",
+):
+    """A DeepMind Control suite task through TorchRL's ``DMControlEnv`` (``pip install "rlplug[dm_control]"``):
+    observations as float32 entries (cheetah: ``position``, ``velocity``) concatenated for the networks,
+    continuous actions in [-1, 1], rewards in [0, 1] per step."""
+    from rlplug.plugins.envs.torchrl_envs import make_dm_control as make
+
+    return make(domain, task, num_envs=num_envs, from_pixels=from_pixels, pixels_size=pixels_size,
+                frame_skip=frame_skip, in_keys=in_keys, device=device)
+
+
 @hookimpl
 def rlplug_register_envs(register):
     register("gym", make_gym, aliases=("gymnasium",))
+    register("torchrl-pendulum", make_torchrl_pendulum)
+    register("dm_control", make_dm_control, aliases=("dm-control", "dmc"))

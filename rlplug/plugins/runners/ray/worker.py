@@ -15,7 +15,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from rlplug.core.collect import Collector
-from rlplug.core.envs import env_statistics
+from rlplug.core.envs import build_env, env_statistics
 from rlplug.core.process import prepare_process, seed_everything
 
 #: The key under which a worker's rollout carries its bookkeeping (popped before the learner sees the batch).
@@ -35,7 +35,7 @@ class EnvMaker:
         component = self.component
         if self.num_envs is not None:
             component = component.with_copies(self.num_envs)
-        return component.build(device=self.device)
+        return build_env(component, device=self.device)
 
 
 def standalone_copy(module: torch.nn.Module) -> torch.nn.Module:

@@ -1,0 +1,146 @@
+"""One ``observation`` entry for every env: what networks, replay buffers and losses read.
+
+A TorchRL env may declare its observations as several entries (TorchRL's ``PendulumEnv``: ``th``, ``thdot``
+and its physical ``params``; DeepMind Control: ``position``, ``velocity``...). rlplug's algorithms read one
+entry, ``observation`` (the policy's view, replay storage, the losses), so rather than teach each of them
+several keys, the env is given one: :func:`one_observation` appends :class:`ObservationVector`, a TorchRL
+transform that writes the chosen entries, flattened, as float32 and concatenated, under ``observation``.
+The entries themselves stay (a stateless env such as ``PendulumEnv`` reads its state back from them).
+
+Which entries: ``in_keys`` where given; otherwise an env that declares ``observation`` keeps it (rlplug's
+``gym`` env, and transforms such as ``StepCounter`` add entries that are not observations), and any other
+env has all its floating-point entries read, nested ones included, in the order the env declares them. An
+entry no network can read (integers, booleans, uint8 images) is a :class:`UserError` naming it and what to do.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from tensordict import TensorDictBase
+from torchrl.data import Composite, Unbounded
+from torchrl.envs import EnvBase, Transform, TransformedEnv
+
+from rlplug.errors import UserError, did_you_mean
+
+#: The entry every rlplug network reads.
+OBSERVATION = "observation"
+
+
+def key_name(key) -> str:
+    """A nested key as a recipe writes it: ``params.g``."""
+    return ".".join(key) if isinstance(key, tuple) else str(key)
+
+
+def as_key(name: str):
+    """A recipe's ``params.g`` as TorchRL's nested key ``("params", "g")``."""
+    parts = tuple(name.split("."))
+    return parts if len(parts) > 1 else parts[0]
+
+
+class ObservationVector(Transform):
+    """Writes ``observation``: the entries ``in_keys``, each as float32, concatenated along the last dim.
+
+    Several entries are flattened first (a scalar becomes one feature, a ``[3, 4]`` entry twelve); one entry
+    keeps its shape (a float image stays an image)."""
+
+    def __init__(self, in_keys: Sequence, event_dims: Sequence[int]):
+        super().__init__(in_keys=list(in_keys), out_keys=[OBSERVATION])
+        self.event_dims = list(event_dims)
+
+    def _vector(self, data: TensorDictBase) -> torch.Tensor:
+        if len(self.in_keys) == 1:
+            return data.get(self.in_keys[0]).to(torch.float32)
+        parts = []
+        for key, dims in zip(self.in_keys, self.event_dims):
+            value = data.get(key)
+            parts.append(value.unsqueeze(-1) if dims == 0 else value.flatten(-dims) if dims > 1 else value)
+        return torch.cat([part.to(torch.float32) for part in parts], -1)
+
+    def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
+        next_tensordict.set(OBSERVATION, self._vector(next_tensordict))
+        return next_tensordict
+
+    forward = _call
+
+    def _reset(self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase) -> TensorDictBase:
+        return self._call(tensordict_reset)
+
+    def transform_observation_spec(self, observation_spec: Composite) -> Composite:
+        batch = observation_spec.shape
+        specs = [observation_spec[key] for key in self.in_keys]
+        if len(specs) == 1:
+            shape = specs[0].shape[len(batch):]
+        else:
+            shape = (sum(math.prod(spec.shape[len(batch):]) for spec in specs),)
+        observation_spec[OBSERVATION] = Unbounded(shape=(*batch, *shape), dtype=torch.float32,
+                                                  device=observation_spec.device)
+        return observation_spec
+
+
+class OneObservationEnv(TransformedEnv):
+    """The env with :class:`ObservationVector` appended. It steps through TensorDicts only: the array road
+    (:class:`rlplug.registry.protocols.Env`) would hand out the base env's arrays, not the vector."""
+
+    supports_tensor_steps = False
+
+
+def entry_problem(key, spec, batch_dims: int) -> str | None:
+    """Why no network reads the entry ``key``, or None."""
+    if spec.dtype.is_floating_point:
+        return None
+    shape = list(spec.shape[batch_dims:])
+    if spec.dtype == torch.uint8 and len(shape) == 3:
+        return (f"entry '{key_name(key)}' is a uint8 image of shape {shape}; networks read floats: make it one "
+                f"with TorchRL's ToTensorImage transform")
+    return (f"entry '{key_name(key)}' holds {str(spec.dtype).removeprefix('torch.')} values of shape {shape}, "
+            f"which networks do not read (they read floating-point entries)")
+
+
+def chosen_entries(spec: Composite, in_keys: Sequence[str] | None) -> list | None:
+    """The keys to concatenate into ``observation``, or None where the env's own ``observation`` is read."""
+    leaves = list(spec.keys(True, True))
+    names = [key_name(key) for key in leaves]
+    if in_keys is None:
+        if OBSERVATION in leaves:
+            return None
+        readable = [key for key in leaves if spec[key].dtype.is_floating_point]
+        if not readable:
+            problems = "; ".join(entry_problem(key, spec[key], spec.ndim) for key in leaves) or "it has none"
+            raise UserError(f"no observation entry of this env is one networks can read: {problems}; or choose "
+                            f"the entries with in_keys", path="env")
+        return readable
+    if not in_keys:
+        raise UserError("must name at least one observation entry", path="env.in_keys")
+    chosen = []
+    for name in in_keys:
+        if name not in names:
+            raise UserError(f"the env has no observation entry '{name}'{did_you_mean(name, names)}; its entries: "
+                            f"{', '.join(names)}", path="env.in_keys")
+        key = as_key(name)
+        problem = entry_problem(key, spec[key], spec.ndim)
+        if problem:
+            raise UserError(problem, path="env.in_keys")
+        chosen.append(key)
+    if len(set(in_keys)) != len(in_keys):
+        raise UserError(f"names an entry twice: {list(in_keys)}", path="env.in_keys")
+    if chosen == [OBSERVATION]:
+        return None
+    if OBSERVATION in leaves:
+        raise UserError("the env already declares an 'observation' entry, which rlplug would overwrite: choose "
+                        "['observation'] alone, or rename it first (TorchRL's RenameTransform)", path="env.in_keys")
+    return chosen
+
+
+def one_observation(env: EnvBase, in_keys: Sequence[str] | None = None) -> EnvBase:
+    """``env`` itself where it declares ``observation`` (and ``in_keys`` asks for nothing else); else the
+    env with the chosen entries concatenated into ``observation`` (:class:`ObservationVector`). Entries are
+    named as in a recipe: ``th``, ``params.g`` for nested ones."""
+    spec = env.observation_spec
+    chosen = chosen_entries(spec, in_keys)
+    if chosen is None:
+        return env
+    event_dims = [len(spec[key].shape) - spec.ndim for key in chosen]
+    return OneObservationEnv(env, ObservationVector(chosen, event_dims))
