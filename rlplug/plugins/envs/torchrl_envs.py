@@ -4,11 +4,14 @@ which :func:`rlplug.core.observations.one_observation` concatenates into the ``o
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import sys
 import warnings
 from collections.abc import Sequence
 
-from torchrl.envs import (Compose, DoubleToFloat, EnvBase, PendulumEnv, Resize, SerialEnv, StepCounter,
-                          ToTensorImage, TransformedEnv)
+from torchrl.envs import (Compose, DoubleToFloat, EnvBase, PendulumEnv, SerialEnv, StepCounter, ToTensorImage,
+                          TransformedEnv)
 
 from rlplug.core.observations import one_observation
 from rlplug.errors import UserError, did_you_mean
@@ -41,20 +44,23 @@ def make_pendulum(num_envs: int, max_episode_steps: int, in_keys: Sequence[str] 
     return one_observation(env, in_keys)
 
 
-def import_suite():
-    """``dm_control.suite``, or a :class:`UserError` saying how to install it. MuJoCo's renderer is left to
-    dm_control's own choice (``MUJOCO_GL``); its warnings about a missing display are dropped."""
+def import_suite(from_pixels: bool):
+    """``dm_control.suite``, or a :class:`UserError` saying how to install it. Without a display, pixels are
+    rendered through EGL unless ``MUJOCO_GL`` says otherwise (dm_control would try a window first); state
+    alone leaves the renderer to dm_control. Its warnings about a missing display are dropped."""
+    if importlib.util.find_spec("dm_control") is None:
+        raise UserError('the dm_control env needs the dm-control package: pip install "rlplug[dm_control]"',
+                        path="env")
+    if from_pixels and "dm_control" not in sys.modules and not os.environ.get("DISPLAY"):
+        os.environ.setdefault("MUJOCO_GL", "egl")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             from dm_control import suite
-    except ImportError as error:
-        missing = getattr(error, "name", None) or "dm_control"
-        raise UserError(f"the dm_control env needs the dm-control package ({missing} is missing): "
-                        f"pip install \"rlplug[dm_control]\"", path="env") from None
     except Exception as error:  # a MuJoCo that does not load here, a renderer that fails to start
         detail = " ".join(str(error).split())
-        raise UserError(f"dm_control does not start here: {type(error).__name__}: {detail}", path="env") from None
+        raise UserError(f"dm_control does not start here: {type(error).__name__}: {detail} (MuJoCo's renderer is "
+                        f"chosen by MUJOCO_GL: egl, osmesa, or disable for state alone)", path="env") from None
     try:
         from absl import logging as absl_logging
 
@@ -81,19 +87,26 @@ def make_dm_control(domain: str, task: str, *, num_envs: int, from_pixels: bool,
     """``num_envs`` copies of a DeepMind Control task, stepped one after the other in this process, with
     float32 observations, actions and rewards (dm_control's are float64). ``from_pixels``: the camera's
     image only, as a float ``[3, pixels_size, pixels_size]`` entry ``pixels``."""
-    suite = import_suite()
+    suite = import_suite(from_pixels)
     check_task(suite, domain, task)
-    from torchrl.envs import DMControlEnv
+    from torchrl.envs import DMControlEnv, DMControlWrapper
 
     def one() -> EnvBase:
-        return DMControlEnv(domain, task, from_pixels=from_pixels, pixels_only=True, frame_skip=frame_skip,
-                            device=device)
+        if not from_pixels:
+            return DMControlEnv(domain, task, frame_skip=frame_skip, device=device)
+        # DMControlEnv renders at dm_control's default size; the camera is asked for pixels_size here instead
+        # (a resize transform would need torchvision).
+        from dm_control.suite.wrappers import pixels
+
+        camera = {"height": pixels_size, "width": pixels_size, "camera_id": 0}
+        return DMControlWrapper(pixels.Wrapper(suite.load(domain, task), pixels_only=True, render_kwargs=camera),
+                                frame_skip=frame_skip, device=device)
 
     try:
         env = SerialEnv(num_envs, one)  # batch [num_envs], as every rlplug env, one copy included
         transforms = [DoubleToFloat()]
         if from_pixels:
-            transforms += [ToTensorImage(in_keys=["pixels"]), Resize(pixels_size, pixels_size, in_keys=["pixels"])]
+            transforms.append(ToTensorImage(in_keys=["pixels"]))
         env = TransformedEnv(env, Compose(*transforms))
     except UserError:
         raise
