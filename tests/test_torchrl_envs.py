@@ -23,8 +23,8 @@ from rlplug.core.observations import one_observation
 from rlplug.errors import UserError
 from rlplug import recipe as recipes
 from rlplug.registry import manager
+from rlplug.run.evaluation import evaluate
 from rlplug.run.trainer import Run
-from rlplug.plugins.envs.stage import Transition
 
 SMALL = ["run.total_frames=256", "eval.episodes=2", "eval.every_frames=0", "run.checkpoint_every_frames=0"]
 
@@ -193,7 +193,7 @@ class ArrayDrift(EnvBase):
         if truncated.any():  # same-step autoreset: the ended envs go on from a new start
             self.position[truncated] = self.generator.random((int(truncated.sum()), 2), dtype=np.float32)
             self.count[truncated] = 0
-        return Transition(next_observation, reward, np.zeros_like(truncated), truncated, self.position.copy())
+        return next_observation, reward, np.zeros_like(truncated), truncated, self.position.copy()  # a plain tuple
 
     def _reset(self, tensordict=None, **kwargs):
         observation = torch.from_numpy(self.reset_arrays(0))
@@ -203,10 +203,10 @@ class ArrayDrift(EnvBase):
 
     def _step(self, tensordict):
         self.tensordict_steps += 1
-        step = self.step_arrays(tensordict.get("action").numpy())
-        truncated = torch.from_numpy(step.truncated).unsqueeze(-1)
-        return TensorDict({"observation": torch.from_numpy(step.next_observation),
-                           "reward": torch.from_numpy(step.reward).unsqueeze(-1), "done": truncated,
+        next_observation, reward, _, truncated, _ = self.step_arrays(tensordict.get("action").numpy())
+        truncated = torch.from_numpy(truncated).unsqueeze(-1)
+        return TensorDict({"observation": torch.from_numpy(next_observation),
+                           "reward": torch.from_numpy(reward).unsqueeze(-1), "done": truncated,
                            "terminated": torch.zeros_like(truncated), "truncated": truncated},
                           batch_size=self.batch_size)
 
@@ -225,6 +225,8 @@ def test_an_env_offering_the_array_step_is_collected_without_tensordicts_per_ste
     assert env.array_steps == 10 and env.tensordict_steps == 0
     assert batch.batch_size == (2, 10) and batch.get(("next", "truncated"))[:, 4].all()
     assert torch.equal(batch.get("observation")[:, 1], batch.get(("next", "observation"))[:, 0])
+    returns = evaluate(env, actor_for(env), episodes=4, seed=0)
+    assert len(returns) == 4 and env.tensordict_steps == 0 and all(-10 < r < 0 for r in returns)  # 5 steps, each -|position| > -2
 
 
 def test_an_env_without_the_array_step_is_collected_through_tensordicts():

@@ -3,8 +3,9 @@
 Two roads give the same batch layout (TorchRL's: root ``observation``, ``action``, the log-probability,
 and ``next`` with ``observation``, ``reward``, ``done``, ``terminated``, ``truncated``):
 
-- the array road, when the env has ``step_arrays`` (:class:`rlplug.plugins.envs.gym.VectorGymEnv`) and the policy has
-  a shape :class:`rlplug.core.acting.ArrayActor` can act for (a ProbabilisticActor; a deterministic actor
+- the array road, when the env offers the array step of :class:`rlplug.registry.protocols.Env`
+  (``supports_tensor_steps``, ``reset_arrays``, ``step_arrays``: rlplug's ``gym`` env, or any plugin's) and
+  the policy has a shape :class:`rlplug.core.acting.ArrayActor` can act for (a ProbabilisticActor; a deterministic actor
   followed by exploration stages): numpy arrays into per-batch buffers, no TensorDict per step;
 - the TensorDict road for any other TorchRL env and policy: ``env.step_and_maybe_reset(policy(state))``.
 
@@ -31,9 +32,11 @@ from rlplug.registry import protocols
 from rlplug.registry.protocols import capability
 
 def array_road_open(env: EnvBase, policy) -> bool:
-    """Whether the env steps arrays or tensors (:class:`rlplug.plugins.envs.gym.VectorGymEnv`) and the policy keeps no
-    state between steps (a recurrent one goes through TensorDicts that carry it)."""
-    return bool(capability(env, protocols.Env.supports_tensor_steps)) and not is_recurrent(policy)
+    """Whether the env offers the array step now (the optional members of :class:`rlplug.registry.protocols.Env`)
+    and the policy keeps no state between steps (a recurrent one goes through TensorDicts that carry it)."""
+    offered = bool(capability(env, protocols.Env.supports_tensor_steps)) and all(
+        capability(env, member) is not None for member in (protocols.Env.reset_arrays, protocols.Env.step_arrays))
+    return offered and not is_recurrent(policy)
 
 
 def array_actor_for(env: EnvBase, policy, seed: int) -> ArrayActor | None:
@@ -68,7 +71,7 @@ class Collector:
             self.env = with_recurrent_state(env, policy)
         self.array_actor = array_actor_for(env, policy, seed) if array_road else None
         #: env.step_arrays, looked up once: through a TransformedEnv each lookup costs a __getattr__ chain
-        self.step_arrays = env.step_arrays if self.array_actor else None
+        self.step_arrays = capability(env, protocols.Env.step_arrays) if self.array_actor else None
         #: where array-road batches go once built (None: they stay on the CPU, where numpy made them)
         self.batch_device = env.device if env.device is not None and torch.device(env.device).type != "cpu" else None
         self.tracker = EpisodeTracker(self.envs)
@@ -104,7 +107,7 @@ class Collector:
         actor, env, steps, envs = self.array_actor, self.env, self.steps, self.envs
         act, step = actor.act, self.step_arrays
         if self.state is None:
-            self.state = env.reset_arrays(seed=self.seed)
+            self.state = capability(env, protocols.Env.reset_arrays)(seed=self.seed)
             actor.seed(self.seed)
         observation = self.state
         columns = ("obs", "action", "log_prob", "next_obs", "reward", "terminated", "truncated")

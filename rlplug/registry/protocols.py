@@ -41,8 +41,11 @@ def members(protocol: type) -> dict[str, bool]:
 
 
 class Env(Protocol):
-    """An env: a TorchRL ``EnvBase`` (batched or not) is one. rlplug steps it with TensorDicts, or with arrays
-    where it offers the array step."""
+    """An env: a TorchRL ``EnvBase`` (batched or not) is one. rlplug steps it with TensorDicts
+    (``reset``, ``step_and_maybe_reset``), or, where it offers the array step (``supports_tensor_steps``,
+    ``reset_arrays``, ``step_arrays``), with numpy arrays and no TensorDict per step: the fast road, which any
+    env may take (rlplug's ``gym`` env does; docs/writing-plugins.md). Networks read its ``observation``
+    entry; an env declaring other entries has them concatenated into one (:mod:`rlplug.core.observations`)."""
 
     observation_spec: Any
     action_spec: Any
@@ -83,17 +86,21 @@ class Env(Protocol):
     @optional
     def supports_tensor_steps(self) -> bool:
         """Whether :meth:`reset_arrays` and :meth:`step_arrays` may be used now: the array road, which
-        collects without a TensorDict per step."""
+        collects and evaluates without a TensorDict per step. Its arrays must be what the TensorDict road
+        would give: one ``observation`` entry (the spec's dtype, ``[envs, ...]``), the same episodes."""
 
     @optional
     def reset_arrays(self, seed: int | None = None) -> Any:
-        """Every env reset; the observations as one numpy array ``[envs, ...]``."""
+        """Every env reset (seeded when ``seed`` is given); the observations as one numpy array ``[envs, ...]``."""
 
     @optional
     def step_arrays(self, action: Any) -> Any:
-        """One step with gymnasium-format actions; ``(next_observation, reward, terminated, truncated,
-        observation)`` as numpy arrays, ``observation`` where each env goes on from (a new episode's first
-        where one ended: same-step autoreset)."""
+        """One step of every env with a numpy action ``[envs, ...]`` in gymnasium's format (an integer index
+        for discrete actions, floats for continuous ones); the 5-tuple ``(next_observation, reward,
+        terminated, truncated, observation)`` of numpy arrays ``[envs, ...]``: ``reward`` float32,
+        ``terminated``/``truncated`` bool, ``next_observation`` where the step led (an episode's last),
+        ``observation`` where each env goes on from (a new episode's first where one ended: same-step
+        autoreset)."""
 
 
 class Algorithm(Protocol):

@@ -36,7 +36,8 @@ def evaluate(env: EnvBase, policy, episodes: int, seed: int) -> list[float]:
             act = actor.act
             observation = env.reset_arrays(seed=seed)
             while tracker.episodes < episodes:
-                _, reward, terminated, truncated, observation = env.step_arrays(act(observation, deterministic=True)[0])
+                step = env.step_arrays(act(observation, deterministic=True)[0])
+                _, reward, terminated, truncated, observation = step  # any 5-tuple (protocols.Env.step_arrays)
                 tracker.add(reward.reshape(envs, 1), (terminated | truncated).reshape(envs, 1))
         else:
             if is_recurrent(policy):
