@@ -57,7 +57,8 @@ def observation_key(observation_spec: Composite) -> str:
         return "observation"
     if len(keys) == 1:
         return keys[0]
-    raise ValueError(f"the env has several observations {keys}; rlplug's networks read one named 'observation'")
+    raise ValueError(f"the env has several observations {keys}; rlplug's networks read one named 'observation' "
+                     f"(rlplug.envs.one_observation concatenates them into it, as every env rlplug builds for a run)")
 
 
 def observation_shape(observation_spec: Composite) -> tuple[int, ...]:

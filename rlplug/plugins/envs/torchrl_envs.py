@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from torchrl.envs import (Compose, DoubleToFloat, EnvBase, PendulumEnv, SerialEnv, StepCounter, ToTensorImage,
                           TransformedEnv)
 
-from rlplug.core.observations import one_observation
+from rlplug.envs import one_observation
 from rlplug.errors import UserError, did_you_mean
 
 
