@@ -15,6 +15,16 @@ ROOT = Path(__file__).resolve().parent.parent
 CANONICAL = ROOT / "recipes" / "cartpole-ppo.toml"
 
 
+def one_line_error(result, *fragments: str) -> str:
+    """Asserts a CLI result is a user error: exit 2, one ``rlplug: error:`` line holding every fragment."""
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("rlplug: error: "), result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
 def run_cli(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     """``python -m rlplug ARGS`` as a user would run it, from the repository root; the finished process.
 

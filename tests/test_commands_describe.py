@@ -17,19 +17,11 @@ from typing import Annotated
 import pytest
 
 import rlplug
-from conftest import run_cli
+from conftest import one_line_error, run_cli
 from rlplug.registry import docs as describing
 from rlplug.registry.manager import load_registry
 from rlplug.registry.registry import ComponentSpec
 
-
-def assert_one_line_error(result, *fragments: str) -> str:
-    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("rlplug: error: "), result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-    return lines[0]
 
 
 def fake_distribution(where: Path, entry_name: str, module: str, source: str, version: str = "2.0.1") -> Path:
@@ -122,7 +114,7 @@ def test_show_on_a_terminal_is_a_rich_table():
     ("zzzzzz", ["no component named 'zzzzzz'", "rlplug list"]),
 ])
 def test_show_unknown_names_are_one_line_errors(name, fragments):
-    assert_one_line_error(run_cli("show", name, timeout=60), *fragments)
+    one_line_error(run_cli("show", name, timeout=60), *fragments)
 
 
 def test_show_asks_for_the_kind_when_a_name_stands_in_several(tmp_path):
@@ -138,7 +130,7 @@ def test_show_asks_for_the_kind_when_a_name_stands_in_several(tmp_path):
     ''')
     env = pythonpath(site)
 
-    assert_one_line_error(run_cli("show", "gae", env=env, timeout=60), "estimator:gae", "env:gae", "KIND:NAME")
+    one_line_error(run_cli("show", "gae", env=env, timeout=60), "estimator:gae", "env:gae", "KIND:NAME")
     chosen = run_cli("show", "env:gae", env=env, timeout=60)
     assert chosen.returncode == 0, chosen.stderr
     assert "plugin twins 2.0.1" in chosen.stdout and "width" in chosen.stdout
@@ -157,7 +149,7 @@ def test_show_passes_on_lookups_advice_when_two_plugins_share_a_name(tmp_path):
     ''')
     env = pythonpath(site)
 
-    assert_one_line_error(run_cli("show", "gae", env=env, timeout=60), "'gae' is ambiguous", "rlplug:gae",
+    one_line_error(run_cli("show", "gae", env=env, timeout=60), "'gae' is ambiguous", "rlplug:gae",
                           "rival:gae")
     chosen = run_cli("show", "rival:gae", env=env, timeout=60)
     assert chosen.returncode == 0, chosen.stderr
@@ -305,7 +297,7 @@ def test_init_with_another_network_and_a_plugin_env():
 ])
 def test_init_rejects_unknown_names_in_one_line(args, fragments):
     result = run_cli("init", *args, timeout=60)
-    assert_one_line_error(result, *fragments)
+    one_line_error(result, *fragments)
     assert result.stdout == ""
 
 
@@ -362,7 +354,7 @@ def test_new_plugin_never_overwrites(tmp_path):
     target.mkdir()
     (target / "mine.txt").write_text("keep me")
 
-    assert_one_line_error(run_cli("new-plugin", "reefs", "--dir", str(tmp_path), timeout=60),
+    one_line_error(run_cli("new-plugin", "reefs", "--dir", str(tmp_path), timeout=60),
                           "already exists", "never overwrites")
     assert [p.name for p in target.iterdir()] == ["mine.txt"] and (target / "mine.txt").read_text() == "keep me"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rlplug-reefs"]  # no staging directory left behind
@@ -373,5 +365,5 @@ def test_new_plugin_never_overwrites(tmp_path):
     ("re efs", "not usable"), ("rlplug", "rlplug's own plugin name"),
 ])
 def test_new_plugin_checks_the_name(tmp_path, name, fragment):
-    assert_one_line_error(run_cli("new-plugin", name, "--dir", str(tmp_path), timeout=60), fragment)
+    one_line_error(run_cli("new-plugin", name, "--dir", str(tmp_path), timeout=60), fragment)
     assert list(tmp_path.iterdir()) == []

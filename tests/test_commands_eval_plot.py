@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CANONICAL, run_cli
+from conftest import CANONICAL, one_line_error, run_cli
 from rlplug.errors import UserError
 
 SHORT = ["--set", "run.total_frames=2048", "--set", "eval.every_frames=512", "--set", "eval.episodes=2"]
@@ -43,14 +43,6 @@ def snapshot(directory: Path) -> dict[str, tuple[int, int]]:
         entries[str(path.relative_to(directory))] = (stat.st_size if path.is_file() else 0, stat.st_mtime_ns)
     return entries
 
-
-def one_line_error(result, *fragments: str) -> str:
-    assert result.returncode == 2, (result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("rlplug: error: "), result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
 
 
 def stats(stdout: str) -> tuple[float, float, float, float]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import CANONICAL, ROOT, run_cli
+from conftest import CANONICAL, ROOT, one_line_error, run_cli
 
 TINY = ["--set", "eval.every_frames=0", "--set", "eval.episodes=1", "--set", "env.normalize_observations=running",
         "--set", "env.clip_observations=5.0"]
@@ -108,13 +108,6 @@ def test_torchscript_file_runs_with_torch_alone(tmp_path, cartpole):
     assert json.loads(extra["rlplug.json"])["action_type"] == "discrete"
     one_line_error(run_cli("export", str(run_dir), "-o", str(tmp_path)), "is a directory", "name the file")
 
-
-def one_line_error(result, *fragments: str) -> None:
-    assert result.returncode == 2, (result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("rlplug: error: "), result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 @pytest.mark.slow

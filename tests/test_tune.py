@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CANONICAL, ROOT, run_cli
+from conftest import CANONICAL, ROOT, one_line_error, run_cli
 from rlplug.errors import UserError
 
 TINY = ["--set", "run.total_frames=256", "--set", "eval.every_frames=128", "--set", "eval.episodes=1",
@@ -102,14 +102,6 @@ def test_tune_in_two_processes_with_seeds_takes_the_iqm(tmp_path):
         assert float(row["value"]) == pytest.approx(aggregate["iqm"]) == pytest.approx(sum(returns) / 2)
         assert aggregate["ci95"]["iqm"] is not None
 
-
-def one_line_error(result, *fragments: str) -> str:
-    assert result.returncode == 2, (result.stdout, result.stderr)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("rlplug: error: "), result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.mark.slow

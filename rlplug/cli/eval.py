@@ -71,10 +71,7 @@ def add_commands(subparsers) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     run_dir: Path = args.run_dir
-    if not run_dir.is_dir():
-        what = "no such directory" if not run_dir.exists() else "not a directory"
-        raise UserError(f"{run_dir}: {what}; eval takes the directory of a run (the --out of rlplug run)")
-    checkpoint = find_checkpoint(run_dir, args.checkpoint)
+    checkpoint = find_checkpoint(run_dir, args.checkpoint, command="eval")
     video = check_video_path(args.video) if args.video is not None else None
 
     import tempfile
@@ -123,8 +120,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def find_checkpoint(run_dir: Path, given: Path | None) -> Path:
-    """The checkpoint file to evaluate: ``given`` as typed, or inside ``run_dir``; default ``checkpoint.pt``."""
+def find_checkpoint(run_dir: Path, given: Path | None, command: str) -> Path:
+    """The checkpoint file ``command`` reads: ``given`` as typed, or inside ``run_dir``; default
+    ``checkpoint.pt``. A ``run_dir`` that is not a directory is the user's one-line error."""
+    if not run_dir.is_dir():
+        what = "no such directory" if not run_dir.exists() else "not a directory"
+        raise UserError(f"{run_dir}: {what}; {command} takes the directory of a run (the --out of rlplug run)")
     if given is None:
         checkpoint = run_dir / "checkpoint.pt"
         if not checkpoint.is_file():

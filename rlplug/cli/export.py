@@ -42,10 +42,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from rlplug.cli.eval import find_checkpoint
 
     run_dir: Path = args.run_dir
-    if not run_dir.is_dir():
-        what = "no such directory" if not run_dir.exists() else "not a directory"
-        raise UserError(f"{run_dir}: {what}; export takes the directory of a run (the --out of rlplug run)")
-    checkpoint = find_checkpoint(run_dir, args.checkpoint)
+    checkpoint = find_checkpoint(run_dir, args.checkpoint, command="export")
     if args.output.is_dir():
         raise UserError(f"-o {args.output}: is a directory; name the file to write")
     require(args.fmt)
