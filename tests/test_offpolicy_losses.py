@@ -205,9 +205,13 @@ def test_every_offpolicy_loss_trains_its_algorithm(tmp_path, recipe, loss):
     agent = rlplug.Agent.from_recipe(ROOT / "recipes" / f"{recipe}.toml", out=tmp_path / "run",
                                      run={"total_frames": 300}, eval={"episodes": 1, "every_frames": 0},
                                      algorithm=small, loggers=[{"use": "csv"}])
-    before = [p.detach().clone() for p in agent.run.algorithm.parameters]
+    algorithm = agent.run.algorithm
+    before = [p.detach().clone() for p in algorithm.parameters]
+    targets = {k: v.clone() for k, v in algorithm.loss_module.state_dict().items() if "target" in k}
     assert agent.train()["status"] == "finished"
-    assert all(not torch.equal(a, b) for a, b in zip(before, agent.run.algorithm.parameters)), "every learner stepped"
+    assert all(not torch.equal(a, b) for a, b in zip(before, algorithm.parameters)), "every learner stepped"
+    moved = {k for k, v in algorithm.loss_module.state_dict().items() if k in targets and not torch.equal(v, targets[k])}
+    assert targets and moved, "the target networks follow the online ones"
 
 
 class ConstantActor(torch.nn.Module):

@@ -138,4 +138,4 @@ def with_learners(loss, gamma: float, groups: dict[str, str], terms: dict[str, s
 
     loss.parameter_groups = {name: parameters_of(attribute) for name, attribute in groups.items()}
     loss.term_learners = terms
-    return loss
+    return with_target_updates(loss)
