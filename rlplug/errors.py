@@ -10,12 +10,25 @@ import difflib
 import re
 from collections.abc import Iterable
 
-CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f]")
+#: Characters a message shows escaped: C0 and C1 controls (a newline in a key, say), line and paragraph
+#: separators, and the invisible format characters that reorder or hide text on a terminal (bidirectional
+#: overrides such as U+202E, zero-width spaces and joiners, the byte-order mark, language tags).
+CONTROL_CHARACTERS = re.compile("[\x00-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028-\u202e"
+                                "\u2060-\u206f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]")
+#: A run of this many characters without a space (a 20 MB id, say) is shown by its ends only.
+LONGEST_WORD = 200
 
 
 def one_line(text: str) -> str:
-    """``text`` with control characters (a newline in a key, say) shown escaped: a message stays one line."""
+    """``text`` as one line of plain characters: overlong words shortened (``abc...[19999950 more]...xyz``)
+    and control and format characters shown escaped, so no input can flood, break or reorder a message."""
+    text = re.sub(rf"\S{{{LONGEST_WORD + 1},}}", _shortened, text)
     return CONTROL_CHARACTERS.sub(lambda match: repr(match.group())[1:-1], text)
+
+
+def _shortened(match: re.Match) -> str:
+    word = match.group()
+    return f"{word[:120]}...[{len(word) - 160} more characters]...{word[-40:]}"
 
 
 class UserError(Exception):
@@ -60,6 +73,10 @@ class ParameterError(UserError):
 
 class RecipeError(UserError):
     """A recipe file that is missing, unreadable or not valid TOML."""
+
+
+class RlplugWarning(UserWarning):
+    """Something the user may mean but should know about; the command line shows it as one line."""
 
 
 class PluginError(Exception):

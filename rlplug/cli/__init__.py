@@ -9,8 +9,9 @@ import argparse
 import importlib
 import os
 import sys
+import warnings
 
-from rlplug.errors import PluginError, UserError
+from rlplug.errors import PluginError, RlplugWarning, UserError, one_line
 
 EXIT_USAGE = 2
 
@@ -21,6 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.strict_plugins:
         os.environ["RLPLUG_STRICT_PLUGINS"] = "1"
+    if not getattr(warnings.showwarning, "one_line", False):
+        warnings.showwarning = one_line_warnings(warnings.showwarning)
     try:
         return args.handler(args)
     except (UserError, PluginError) as error:
@@ -44,6 +47,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rlplug: error: {where}{error.strerror or error}; checkpoints already written are kept",
               file=sys.stderr)
         return EXIT_USAGE
+
+
+def one_line_warnings(show):
+    """``warnings.showwarning`` that prints rlplug's own warnings as one line, like its errors."""
+    def show_warning(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, RlplugWarning):
+            print(f"rlplug: warning: {one_line(str(message))}", file=sys.stderr, flush=True)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    show_warning.one_line = True
+    return show_warning
 
 
 def build_parser() -> argparse.ArgumentParser:
