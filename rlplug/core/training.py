@@ -107,6 +107,19 @@ def all_finite(tensors: list[torch.Tensor]) -> bool:
     return all(math.isfinite(t.sum(dtype=torch.float64)) for t in tensors)
 
 
+def load_optimiser_state(optimiser: torch.optim.Optimizer, state: dict) -> None:
+    """``optimiser.load_state_dict(state)``, and ``ValueError`` where a per-parameter tensor (Adam's moments, a
+    momentum buffer) has another shape than its parameter: torch takes such a state and fails only at the next
+    step, in the middle of training."""
+    optimiser.load_state_dict(state)
+    for group in optimiser.param_groups:
+        for parameter in group["params"]:
+            for name, value in optimiser.state.get(parameter, {}).items():
+                if isinstance(value, torch.Tensor) and value.dim() and value.shape != parameter.shape:
+                    raise ValueError(f"the optimiser's {name} has shape {list(value.shape)} for a parameter of "
+                                     f"shape {list(parameter.shape)}")
+
+
 class NonFiniteError(ArithmeticError):
     """A loss or gradient became NaN or infinite; nothing was stepped."""
 

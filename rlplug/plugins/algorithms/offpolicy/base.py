@@ -28,6 +28,7 @@ episode's consecutive steps (:meth:`~OffPolicy.sequence_samples`).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator
 
 import torch
@@ -275,7 +276,7 @@ class OffPolicy:
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        self.frames, self.steps = state["frames"], state["steps"]
+        self.frames, self.steps = operator.index(state["frames"]), operator.index(state["steps"])  # counts
         self.loss_module.load_state_dict(state["loss"])  # the networks and their targets
         self.learners.load_state_dict(state["learners"])
         self.replay.load_state_dict(state["replay_buffer"])

@@ -16,8 +16,8 @@ from torchrl.envs.utils import ExplorationType, exploration_type
 from torchrl.modules import ProbabilisticActor
 
 from rlplug.core.acting import ActorView
-from rlplug.core.training import (FlatParameters, NonFiniteError, clip_and_step, make_optimizer, scheduled_lr,
-                                  set_learning_rate)
+from rlplug.core.training import (FlatParameters, NonFiniteError, clip_and_step, load_optimiser_state, make_optimizer,
+                                  scheduled_lr, set_learning_rate)
 from rlplug.errors import UserError
 
 
@@ -147,7 +147,7 @@ class Learners:
 
     def load_state_dict(self, state: dict) -> None:
         for name, optimiser in self.optimisers.items():
-            optimiser.load_state_dict(state["optimisers"][name])
+            load_optimiser_state(optimiser, state["optimisers"][name])
         if self.scaler is not None and "scaler" in state:
             self.scaler.load_state_dict(state["scaler"])
 

@@ -14,6 +14,7 @@ request). One update, top to bottom:
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -23,8 +24,8 @@ from tensordict.nn import TensorDictModuleBase
 
 from rlplug.core.acting import ActorView, tensor_function
 from rlplug.core.tensordicts import trusted
-from rlplug.core.training import (FlatParameters, MetricMean, clip_and_step, make_optimizer, optimiser_step,
-                                  scheduled_lr, set_learning_rate)
+from rlplug.core.training import (FlatParameters, MetricMean, clip_and_step, load_optimiser_state, make_optimizer,
+                                  optimiser_step, scheduled_lr, set_learning_rate)
 from rlplug.errors import UserError
 from rlplug.networks import share_body
 from rlplug.plugins.algorithms.onpolicy.config import OnPolicyConfig
@@ -217,9 +218,9 @@ class OnPolicy:
         self.policy.load_state_dict(state["policy"])
         if self.critic:
             self.critic.load_state_dict(state["critic"])
-        self.optimiser.load_state_dict(state["optimiser"])
+        load_optimiser_state(self.optimiser, state["optimiser"])
         self.loss_module.load_state_dict(state["loss"])
-        self.frames = state["frames"]
+        self.frames = operator.index(state["frames"])  # a count: TypeError for anything else
 
 
 @dataclass
