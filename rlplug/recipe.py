@@ -19,6 +19,11 @@ from rlplug.errors import RecipeError, UserError
 from rlplug.registry import get_registry, resolve
 from rlplug.registry.schema import Check, Range, convert
 
+#: Tables, arrays and dotted keys nest at most this deep in a recipe (the built-in ones need 4): deeper input is
+#: refused in one line before anything recurses into it.
+MAX_NESTING = 32
+TOO_DEEP = f"nested too deeply: tables, arrays and dotted keys nest at most {MAX_NESTING} levels in a recipe"
+
 
 def device_problem(device: str) -> str | None:
     if device == "cpu":
@@ -29,6 +34,8 @@ def device_problem(device: str) -> str | None:
         parsed = torch.device(device)
     except RuntimeError:
         return f"'{device}' is not a torch device; use 'cpu' or 'cuda'"
+    if parsed.type not in ("cpu", "cuda"):  # meta, xla...: tensors there hold no numbers an env can step with
+        return f"'{device}' is not a device rlplug trains on; use 'cpu' or 'cuda'"
     if parsed.type == "cuda" and not torch.cuda.is_available():
         return f"device '{device}' is not available on this machine (no CUDA GPU); use 'cpu'"
     return None
@@ -136,9 +143,27 @@ def with_switch_hint(error: UserError, overrides: list[str]) -> UserError:
 def validate(data: dict[str, Any], *, file: str = "<recipe>") -> Recipe:
     registry = get_registry()
     try:
+        too_deep = nesting_beyond_limit(data)
+        if too_deep is not None:
+            raise RecipeError(TOO_DEEP, path=too_deep)
         return convert(data, Recipe, path="", resolve=lambda cls, table, path: resolve(cls, table, path, registry))
     except UserError as error:
         raise error.located(file=file) from None
+
+
+def nesting_beyond_limit(data: Any) -> str | None:
+    """The key path where ``data`` nests deeper than :data:`MAX_NESTING`, or None (found without recursion)."""
+    stack = [(data, "", 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for key, item in items:
+            if isinstance(item, (dict, list)):
+                here = f"{path}[{key}]" if isinstance(value, list) else f"{path}.{key}" if path else str(key)
+                if depth + 1 > MAX_NESTING:
+                    return here
+                stack.append((item, here, depth + 1))
+    return None
 
 
 def read_toml(path: Path) -> dict[str, Any]:
@@ -150,6 +175,8 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise RecipeError(f"cannot read the recipe: {error}", file=str(path)) from None
     try:
         return tomllib.loads(text)
+    except RecursionError:  # the parser recurses once per level of nesting
+        raise RecipeError(TOO_DEEP, file=str(path)) from None
     except tomllib.TOMLDecodeError as error:
         message = str(error)
         where = re.search(r"\(at line (\d+), column (\d+)\)", message)
@@ -169,12 +196,16 @@ def apply_override(data: dict[str, Any], override: str, *, file: str) -> None:
         value = tomllib.loads(f"v = {text.strip()}")["v"]
     except tomllib.TOMLDecodeError:
         value = text.strip()
+    except RecursionError:
+        raise RecipeError(f"--set {key}: {TOO_DEEP}", file=file) from None
     set_value(data, key, value, file=file)
 
 
 def set_value(data: dict[str, Any], key: str, value: Any, *, file: str) -> None:
     """Set the dotted ``key`` (``algorithm.lr``, ``loggers.0.use``) in ``data``, creating tables on the way."""
     parts = key.split(".")
+    if len(parts) > MAX_NESTING:
+        raise RecipeError(f"--set {'.'.join(parts[:3])}...: {TOO_DEEP}", file=file)
     node: Any = data
     for depth, part in enumerate(parts[:-1]):
         here = ".".join(parts[: depth + 1])
@@ -192,6 +223,6 @@ def set_value(data: dict[str, Any], key: str, value: Any, *, file: str) -> None:
 
 
 def _list_index(items: list, part: str, path: str, file: str) -> int:
-    if not part.isdigit() or int(part) >= len(items):
+    if not re.fullmatch("[0-9]+", part) or int(part) >= len(items):  # str.isdigit() takes '²' too
         raise RecipeError(f"--set: '{part}' is not an index of this list (0 to {len(items) - 1})", file=file, path=path)
     return int(part)

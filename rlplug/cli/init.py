@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import tomli_w
@@ -78,6 +79,7 @@ def init_recipe(algorithm: str, env: str, *, network: str | None = None, registr
         raise UserError(f"algorithm '{algorithm_spec.name}' has keys without defaults ({', '.join(missing)}); "
                         f"python -m rlplug show algorithm:{algorithm_spec.name} says what they take")
     recipe = validate({"env": env_table, "algorithm": algorithm_table}, file=f"init {algorithm} --env {env}")
+    check_builds(recipe, f"--env {env}")
 
     command = f"python -m rlplug init {algorithm} --env {env}" + (f" --network {network}" if network else "")
     writer = _RecipeWriter(registry)
@@ -102,6 +104,24 @@ def init_recipe(algorithm: str, env: str, *, network: str | None = None, registr
     if validate(tomllib.loads(text), file="<init>").resolved() != recipe.resolved():
         raise RuntimeError("rlplug init wrote a recipe that reads back differently; please report it")
     return text
+
+
+def check_builds(recipe, label: str) -> None:
+    """``UserError`` where the algorithm cannot be built on the env (dqn on continuous actions, say): what
+    ``run`` would refuse only after validation, found before a recipe that cannot run is written."""
+    import tempfile
+
+    from rlplug.errors import UserError
+
+    env = recipe.env.build(device="cpu")
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            recipe.algorithm.build(observation_spec=env.observation_spec, action_spec=env.action_spec, device="cpu",
+                                   seed=0, total_frames=recipe.run.total_frames, run_dir=Path(scratch))
+    except UserError as error:
+        raise UserError(f"{label}: {error}") from None
+    finally:
+        env.close()
 
 
 class _RecipeWriter:

@@ -98,13 +98,20 @@ def hidden_from_torchrl(packages: list[str]):
                 del sys.modules[name]
 
 
+#: ``--seeds`` runs one seed after another: more than this many is a typo, not a plan.
+MAX_SEEDS = 1000
+
+
 def parse_seeds(text: str) -> list[int]:
     """``0-4`` -> 0..4, ``1,3,7`` -> those, ``5`` -> 5."""
     seeds: list[int] = []
     try:
         for part in text.split(","):
             low, _, high = part.strip().partition("-")
-            seeds.extend(range(int(low), int(high or low) + 1))
+            span = range(int(low), int(high or low) + 1)
+            if len(seeds) + len(span) > MAX_SEEDS:  # checked before the list is made: 0-99999999999 fits no memory
+                raise UserError(f"--seeds {text!r}: at most {MAX_SEEDS} seeds, one run after another")
+            seeds.extend(span)
     except ValueError:
         raise UserError(f"--seeds {text!r}: expected seeds like 0-4 or 1,3,7") from None
     if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:

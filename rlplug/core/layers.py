@@ -4,6 +4,7 @@ built-in network uses. Recipes are data: a layer type is only ever a key of :dat
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
@@ -15,11 +16,21 @@ from rlplug.registry.schema import Range, convert
 Init = Literal["orthogonal", "default"]
 #: Hidden-layer gain of the orthogonal initialisation.
 HIDDEN_GAIN = math.sqrt(2)
+#: Float32 copies of a layer's parameters that training holds: the weights, their gradients, Adam's two moments.
+TRAINING_COPIES = 4
 
 
 def linear(fan_in: int, fan_out: int, *, init: Init = "orthogonal", gain: float = HIDDEN_GAIN,
            **options: Any) -> nn.Linear:
-    """A linear layer, orthogonally initialised with ``gain`` (zero bias) unless ``init="default"``."""
+    """A linear layer, orthogonally initialised with ``gain`` (zero bias) unless ``init="default"``; refused in
+    one line when it cannot fit in memory (an extra digit in a width), before the allocator fails or the
+    system kills the process."""
+    needed = (fan_in + 1) * fan_out * 4 * TRAINING_COPIES
+    available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if needed > available:
+        raise UserError(f"a layer of {fan_in} x {fan_out} features needs about {needed / 2**30:.3g} GiB to train "
+                        f"(weights, gradients, optimiser state), more than this machine's {available / 2**30:.3g} "
+                        f"GiB of memory; use smaller layers")
     layer = nn.Linear(fan_in, fan_out, **options)
     if init == "orthogonal":
         nn.init.orthogonal_(layer.weight, gain)

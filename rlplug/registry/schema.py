@@ -42,6 +42,8 @@ CONTEXT_NAMES = {
 }
 
 REQUIRED = inspect.Parameter.empty
+#: Floats hold every integer up to this one: an integer parameter takes ``1e6`` as 1000000, but not ``1e18``.
+EXACT_FLOAT_INTEGERS = 2**53
 
 
 @dataclass(frozen=True)
@@ -338,7 +340,10 @@ def convert(value: Any, annotation: Any, *, path: str, resolve: Callable | None 
         if isinstance(value, int) and not isinstance(value, bool):
             return value
         if isinstance(value, float) and value.is_integer():
-            return int(value)
+            if abs(value) <= EXACT_FLOAT_INTEGERS:
+                return int(value)
+            raise ParameterError(f"expected an integer, got {_shown(value)}: a float is taken as an integer only up "
+                                 f"to 2**53, beyond which floats skip integers; write the integer itself", path=path)
         raise ParameterError(f"expected an integer, got {_shown(value)}", path=path)
     if annotation is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -14,9 +14,13 @@ from rlplug.errors import did_you_mean
 
 
 def known_gym_id(env_id: str) -> str | None:
-    """The problem with a gymnasium id, or None; ``module:Id`` ids are left to gymnasium to import."""
+    """The problem with a gymnasium id, or None. An id is a registered id and nothing else: gymnasium imports
+    the module named before a colon (``module:Id``), and recipes are data, never a way to run code (a
+    checkpoint's stored recipe goes through this check too)."""
     if ":" in env_id:
-        return None
+        return (f"'{env_id}' names a module to import ('module:Id'), which a recipe may not do; use a registered "
+                f"gymnasium id, and for an env another package registers, a plugin that imports that package "
+                f"(docs/writing-plugins.md)")
     from gymnasium.envs.registration import registry
 
     if env_id in registry:
@@ -73,6 +77,11 @@ def wrapper_arguments_problem(wrapper: Wrapper) -> str | None:
     """Arguments the wrapper does not take, or required ones missing; checked against its signature."""
     signature = inspect.signature(gym_wrapper_class(wrapper.name).__init__)
     parameters = [p for p in signature.parameters.values() if p.name not in ("self", "env")]
+    functions = [p.name for p in parameters if "Callable" in str(p.annotation)
+                 and (p.name in wrapper.kwargs or p.default is p.empty)]
+    if functions:  # TOML has no functions: a string here would be called in the middle of a run
+        return (f"gymnasium wrapper {wrapper.name} takes a function as '{functions[0]}', which a recipe cannot "
+                f"give (recipes are data); apply it in an env plugin instead (docs/writing-plugins.md)")
     if any(p.kind is p.VAR_KEYWORD for p in parameters):
         return None
     names = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
@@ -95,6 +104,10 @@ def indices_problem(indices: list[int]) -> str | None:
     if len(set(indices)) != len(indices):
         return f"names an entry twice: {indices}"
     return None
+
+
+#: More copies than this, stepped in one process, earn a warning: a minute of silence otherwise.
+MANY_ENVS = 1024
 
 
 def make_gym(
@@ -137,6 +150,14 @@ def make_gym(
     """
     from rlplug.plugins.envs.gym import make_gym_vector_env
 
+    if num_envs > MANY_ENVS:  # maybe meant (a cheap env), maybe a digit too many: either way, not silence
+        import warnings
+
+        from rlplug.errors import RlplugWarning
+
+        warnings.warn(RlplugWarning(f"env.num_envs = {num_envs}: the copies are made and stepped one after another "
+                                    f"in this process, so starting takes long and each step is slow; more than "
+                                    f"{MANY_ENVS} is rarely meant"))
     return make_gym_vector_env(
         id, num_envs=num_envs, max_episode_steps=max_episode_steps, make_kwargs=kwargs or {}, device=device,
         wrappers=[(gym_wrapper_class(w.name), dict(w.kwargs)) for w in wrappers],

@@ -54,6 +54,14 @@ def make_mlp(
     device: str = "cpu",
 ):
     """An MLP trunk with the head its role needs (categorical or Gaussian policy, value)."""
+    from rlplug.networks import observation_shape
+
+    shape = tuple(observation_shape(observation_spec))
+    if len(shape) != 1:
+        from rlplug.errors import UserError
+
+        raise UserError(f"mlp reads one-dimensional observations, and this env's have shape {shape}; set "
+                        f"env.flatten_observations = true")
     return _network(hidden_layers(hidden, activation), observation_spec, action_spec, role, init=init, log_std=log_std,
                     log_std_init=log_std_init, squash=squash, device=device)
 

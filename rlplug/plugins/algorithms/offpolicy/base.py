@@ -70,6 +70,10 @@ class OffPolicy:
         self.specs = {"observation_spec": observation_spec, "action_spec": action_spec, "device": device}
         self.replay = config.replay_buffer.build(device=device, seed=seed, run_dir=run_dir, total_frames=total_frames)
         self.replay_step = capability(self.replay, protocols.ReplayBuffer.step)
+        if getattr(self.replay, "capacity", config.batch_size) < config.batch_size:  # it would never learn
+            raise UserError(f"a replay buffer of capacity {self.replay.capacity} never holds a batch of batch_size = "
+                            f"{config.batch_size}, so nothing would be learned; raise the capacity",
+                            path="algorithm.replay_buffer.capacity")
         self.preprocessor = None
         if config.observation_preprocessor is not None:
             self.preprocessor = config.observation_preprocessor.build(observation_spec=observation_spec, device=device)

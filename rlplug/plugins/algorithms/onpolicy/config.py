@@ -6,10 +6,11 @@ themselves live beside it (``base``: the shared update; ``ppo``, ``pg``, ``impal
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from rlplug.errors import UserError
+from rlplug.errors import RlplugWarning, UserError
 from rlplug.plugins.algorithms.common import OPTIMIZERS, SCHEDULES, Count, NonNegative, Positive, loss_for
 from rlplug.registry.components import Estimator, Network
 
@@ -77,8 +78,18 @@ class OnPolicyConfig:
         return "linear" if self.anneal_lr else self.lr_schedule
 
     def minibatch_length(self) -> int:
+        """Frames per minibatch. More minibatches than frames is refused; a minibatch larger than the batch
+        (frames_per_batch lowered alone, say) is the whole batch, with a warning, as it may be meant."""
         if self.num_minibatches is not None:
+            if self.num_minibatches > self.frames_per_batch:
+                raise UserError(f"{self.num_minibatches} minibatches cannot be cut from a batch of "
+                                f"frames_per_batch = {self.frames_per_batch} frames; use at most that many",
+                                path="algorithm.num_minibatches")
             return math.ceil(self.frames_per_batch / self.num_minibatches)
+        if self.minibatch_size > self.frames_per_batch:
+            warnings.warn(RlplugWarning(f"algorithm.minibatch_size = {self.minibatch_size} is larger than the batch "
+                                        f"(frames_per_batch = {self.frames_per_batch}): each minibatch is the whole "
+                                        f"batch"))
         return self.minibatch_size
 
 
