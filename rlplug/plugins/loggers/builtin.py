@@ -80,16 +80,37 @@ class CSVLogger:
         self.columns: list[str] = ["frames"]
         self.file = None
         if self.path.exists():
-            with self.path.open(newline="") as existing:
-                reader = csv.DictReader(existing)
-                rows = list(reader)
-                self.columns = list(reader.fieldnames or self.columns)
+            rows, self.columns = self.read_rows()
             kept = [row for row in rows if int(float(row["frames"])) <= start_frames]
-            if len(kept) < len(rows):
+            if len(kept) < len(rows) or not self.path.read_bytes().endswith(b"\n"):
                 with self.path.open("w", newline="") as rewritten:
                     writer = csv.DictWriter(rewritten, fieldnames=self.columns)
                     writer.writeheader()
                     writer.writerows(kept)
+
+    def read_rows(self) -> tuple[list[dict[str, str]], list[str]]:
+        """The rows and columns of the file this logger continues; a last line without its newline (cut short by
+        a kill or a full disk) is left out. ``UserError`` for a file that is no metrics.csv of rlplug's (NUL bytes
+        from two writers at once, garbage): one line naming it, instead of a run that fails half-way."""
+        from rlplug.errors import UserError
+
+        text = self.path.read_bytes().decode("utf-8", errors="replace")
+        lines = text.splitlines(keepends=True)
+        if lines and not lines[-1].endswith("\n"):
+            lines.pop()
+        try:
+            reader = csv.DictReader(lines)
+            rows = list(reader)
+            columns = list(reader.fieldnames or self.columns)
+            if columns[0] != "frames":
+                raise ValueError("its first column is not frames")
+            for row in rows:
+                if None in row or int(float(row["frames"])) < 0:  # more fields than columns, or a negative count
+                    raise ValueError(f"line {reader.line_num} is not one of its rows")
+        except (csv.Error, ValueError, TypeError) as error:
+            raise UserError(f"{self.path}: not a metrics file rlplug can continue ({error}); move it aside, and the "
+                            f"run starts a new one") from None
+        return rows, columns
 
     def log(self, metrics: dict[str, float], frames: int) -> None:
         row = {"frames": frames, **metrics}
