@@ -218,6 +218,7 @@ def test_a_memmap_replay_buffer_lives_in_the_run_directory_and_a_resumed_run_rea
     run_dir = agent.run.run_dir
     assert (run_dir / "replay" / "observation.memmap").stat().st_size > 0
     saved = agent.run.algorithm.replay
+    agent.run.close()  # a run directory is trained in by one run at a time
     resumed = Run.resume(run_dir).algorithm.replay
     assert len(resumed) == len(saved) == 200
     assert_same(saved.sample(64).to_dict(), resumed.sample(64).to_dict(), "replay")

@@ -30,6 +30,9 @@ def add_commands(subparsers) -> None:
 
     resume = subparsers.add_parser("resume", help="continue a run from its latest checkpoint")
     resume.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run directory")
+    resume.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="change what trained weights allow: run.total_frames, run.checkpoint_every_frames, "
+                             "run.keep_checkpoints, run.num_threads, eval.*, loggers, runner (repeatable)")
     resume.set_defaults(handler=cmd_resume)
 
 
@@ -168,12 +171,29 @@ def cmd_resume(args: argparse.Namespace) -> int:
     with long_lived_objects():
         from rlplug.run.trainer import Run
 
-        run = Run.resume(args.run_dir)
+        run = Run.resume(args.run_dir, args.overrides)
     if run.frames >= run.recipe.run.total_frames:
         print(f"{args.run_dir}: already trained for its {run.recipe.run.total_frames} frames; nothing to do")
         return 0
-    print(f"resuming {args.run_dir} at frame {run.frames} of {run.recipe.run.total_frames}", flush=True)
+    start = "at frame" if (args.run_dir / "checkpoint.pt").exists() else "from frame 0 (it wrote no checkpoint),"
+    changed = f", with {', '.join(run.changed)} changed" if run.changed else ""
+    print(f"resuming {args.run_dir} {start} {run.frames} of {run.recipe.run.total_frames}{changed}", flush=True)
     return train_until_done_or_stopped(run)
+
+
+def stopped_by(error: OSError, run) -> UserError:
+    """The one line for a run stopped by a failing file write (a full disk): the file, the reason, what is kept
+    and how to go on once the cause is gone (the half-written file was removed)."""
+    where = f"{error.filename}: " if error.filename else ""
+    if (run.run_dir / "checkpoint.pt").exists():
+        kept = f"the run stopped at frame {run.frames} and its last checkpoint is kept; "
+    elif (run.run_dir / "recipe.toml").exists():
+        kept = "the run stopped before its first checkpoint; "
+    else:
+        return UserError(f"{where}{error.strerror or error}; nothing of the run was written: fix that, then run "
+                         f"it again with the same --out {run.run_dir}")
+    return UserError(f"{where}{error.strerror or error}; {kept}fix that (free some space, say), then continue with: "
+                     f"python -m rlplug resume {run.run_dir}")
 
 
 #: Exit statuses after a stop by signal, as shells report them.
@@ -193,6 +213,8 @@ def train_until_done_or_stopped(run) -> int:
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         summary = run.train()
+    except OSError as error:  # a full disk, say: what, where, and how to go on
+        raise stopped_by(error, run) from error
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -1,8 +1,11 @@
-"""Checkpoints: what one holds (plain tensors, numbers and strings, read with ``weights_only=True``), the
-random states in that form. A run is rebuilt from one by :meth:`rlplug.run.trainer.Run.from_checkpoint`."""
+"""Checkpoints: what one holds (plain tensors, numbers and strings, read with ``weights_only=True``, sealed
+with a digest of all of it), the random states in that form. A run is rebuilt from one by
+:meth:`rlplug.run.trainer.Run.from_checkpoint`."""
 
 from __future__ import annotations
 
+import hashlib
+import math
 import random
 import warnings
 from pathlib import Path
@@ -11,10 +14,78 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlplug.errors import UserError
+from rlplug.errors import RlplugWarning, UserError
 
-#: Bumped when a checkpoint's layout changes.
-CHECKPOINT_FORMAT = 1
+#: Bumped when a checkpoint's layout changes. Format 2 adds ``digest``; format 1 files (written before it)
+#: still load, with a warning, since nothing can check their data.
+CHECKPOINT_FORMAT = 2
+READABLE_FORMATS = (1, 2)
+#: The top-level entries of a checkpoint and what each must be (``digest`` from format 2 on).
+LAYOUT: dict[str, type | tuple[type, ...]] = {
+    "format": int, "recipe": dict, "algorithm": dict, "env": dict, "frames": int, "iterations": int,
+    "episodes": int, "train_seconds": (int, float), "rng": dict,
+}
+COUNTERS = ("frames", "iterations", "episodes", "train_seconds")
+
+
+def digest(state: dict[str, Any]) -> str:
+    """The sha256 of everything ``state`` holds but its ``digest``, in its own order (which saving and
+    loading keep): each key, each value's type, each tensor's dtype, shape and bytes. Computed when a
+    checkpoint is written and when it is read, never during training."""
+    sha = hashlib.sha256()
+    pending: list[tuple[Any, Any]] = [(key, value) for key, value in reversed(state.items()) if key != "digest"]
+    while pending:
+        key, value = pending.pop()
+        size = len(value) if isinstance(value, (dict, list, tuple)) else ""
+        sha.update(f"\0{key!r}:{type(value).__name__}{size}".encode())
+        if isinstance(value, torch.Tensor):
+            tensor = value.detach().cpu().contiguous()
+            sha.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
+            sha.update(tensor.reshape(-1).view(torch.uint8).numpy())
+        elif isinstance(value, dict):
+            pending.extend(reversed(value.items()))
+        elif isinstance(value, (list, tuple)):
+            pending.extend(reversed(list(enumerate(value))))
+        else:
+            sha.update(repr(value).encode())
+    return sha.hexdigest()
+
+
+def sealed(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` as a checkpoint of the current format, with its digest."""
+    state = {**state, "format": CHECKPOINT_FORMAT}
+    state["digest"] = digest(state)
+    return state
+
+
+def layout_problem(state: dict[str, Any]) -> str | None:
+    """What is wrong with a checkpoint's top-level entries (missing, of the wrong type, a negative count), or
+    None; the entries inside ``algorithm`` and ``env`` are checked by loading them into the rebuilt run."""
+    for key, kind in LAYOUT.items():
+        if key not in state:
+            return f"it has no '{key}' entry"
+        value = state[key]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            return f"its '{key}' is {type(value).__name__}, not {getattr(kind, '__name__', 'a number')}"
+    for key in COUNTERS:
+        if not (math.isfinite(state[key]) and state[key] >= 0):
+            return f"its '{key}' is {state[key]!r}, not a count"
+    return None
+
+
+def tensors_finite(value: Any) -> bool:
+    """Whether every floating-point tensor in ``value`` (nested dicts and lists) holds only finite numbers."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, torch.Tensor):
+            if item.is_floating_point() and not bool(torch.isfinite(item).all()):
+                return False
+        elif isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            pending.extend(item)
+    return True
 
 
 def rng_state() -> dict[str, Any]:
@@ -44,6 +115,15 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise UserError(f"{path}: no such checkpoint") from None
     except Exception as error:  # a truncated, tampered or foreign file: never executed, only refused
         raise UserError(f"{path}: not a readable rlplug checkpoint ({type(error).__name__})") from None
-    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+    if not isinstance(state, dict) or state.get("format") not in READABLE_FORMATS:
         raise UserError(f"{path}: not an rlplug checkpoint (format {CHECKPOINT_FORMAT} expected)")
+    if state["format"] == 1:
+        warnings.warn(RlplugWarning(f"{path}: written before checkpoints carried a digest, so its data cannot "
+                                    f"be checked for corruption; it is used as it is"))
+    elif state.get("digest") != digest(state):
+        raise UserError(f"{path}: the checkpoint's data does not match its digest: the file was changed or "
+                        f"damaged after it was written; use an earlier one from checkpoints/")
+    problem = layout_problem(state)
+    if problem:
+        raise UserError(f"{path}: not a usable rlplug checkpoint: {problem}")
     return state

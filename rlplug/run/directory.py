@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import shutil
 from datetime import datetime
 from pathlib import Path
 
@@ -25,15 +28,74 @@ def check_run_dir(run_dir: Path) -> None:
         raise UserError(f"--out {run_dir}: the directory exists and is not empty; choose a new one")
 
 
+class Claim:
+    """This process's hold on a run directory: an exclusive lock on the directory itself (``flock``), which the
+    system releases when the process ends however it ends, and which :meth:`release` (or dropping the claim)
+    gives up. No lock file is written: the directory holds the run's files only."""
+
+    def __init__(self, run_dir: Path, *, new: bool):
+        self.run_dir, self.new, self.fd = run_dir, new, -1
+        if new:
+            check_run_dir(run_dir)
+        #: the outermost directory this claim made, removed again if the run is abandoned before it trains
+        self.made = next((p for p in reversed([run_dir, *run_dir.parents]) if not p.exists()), None)
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            self.fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as error:
+            raise UserError(f"--out {run_dir}: cannot write there ({error.strerror or error})") from None
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self.release()
+            raise UserError(f"{run_dir}: another run is training in this directory (an rlplug process, or an "
+                            f"Agent in this one); wait for it to end, or choose another directory") from None
+        try:
+            if new:  # again, now that no other run can write here
+                check_run_dir(run_dir)
+            for leftover in [*run_dir.glob(".*.tmp"), *run_dir.glob("checkpoints/.*.tmp")]:
+                leftover.unlink()  # what a writer killed mid-write left: never a complete file
+        except BaseException:
+            self.release()
+            raise
+
+    def release(self, *, abandon: bool = False) -> None:
+        """Give the directory up; ``abandon`` (a new run that failed before training): remove what it made, so
+        that a mistake found while building leaves no run directory behind."""
+        if abandon and self.new and self.fd >= 0:
+            if self.made is not None:
+                shutil.rmtree(self.made, ignore_errors=True)
+            else:  # it was empty when claimed: everything in it is this run's
+                for child in self.run_dir.iterdir():
+                    if child.is_dir():
+                        shutil.rmtree(child, ignore_errors=True)
+                    else:
+                        child.unlink(missing_ok=True)
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __del__(self) -> None:
+        self.release()
+
+
 def write_atomically(path: Path, data: bytes) -> None:
     """Write to a temporary file, flush it to disk, then rename over ``path``: a kill at any instant leaves
-    either the old file or the new one, never half of one."""
+    either the old file or the new one, never half of one. A failed write (a full disk) removes its
+    temporary file and names ``path`` in its error."""
     temporary = path.with_name(f".{path.name}.tmp")
-    with open(temporary, "wb") as file:
-        file.write(data)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, path)
+    try:
+        with open(temporary, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except OSError as error:
+        with contextlib.suppress(OSError):
+            temporary.unlink(missing_ok=True)
+        if error.filename is None:  # write() and fsync() name no file
+            raise OSError(error.errno, error.strerror, str(path)) from error
+        raise
     directory = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(directory)

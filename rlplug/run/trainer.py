@@ -7,10 +7,12 @@ bad recipe leaves nothing behind; once training starts, whatever happens, the lo
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import io
 import json
 import math
+import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -25,12 +27,13 @@ from torchrl.envs import EnvBase
 
 from rlplug.core.process import prepare_process, quiet_torchrl, seed_everything
 from rlplug.core.training import NonFiniteError, all_finite, storages_of
-from rlplug.errors import UserError
-from rlplug.recipe import Recipe, validate
+from rlplug.errors import RlplugWarning, UserError
+from rlplug.recipe import Recipe, read_toml, validate
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability, checked_metrics, conform
-from rlplug.run.checkpoints import CHECKPOINT_FORMAT, load_checkpoint, rng_state, set_rng_state
-from rlplug.run.directory import check_run_dir, ensure_writable, write_atomically
+from rlplug.run.checkpoints import load_checkpoint, rng_state, sealed, set_rng_state, tensors_finite
+from rlplug.run.directory import Claim, ensure_writable, write_atomically
+from rlplug.run.resuming import resumed_recipe
 from rlplug.core.envs import build_env, env_statistics
 from rlplug.run.evaluation import build_eval_env, evaluate
 
@@ -63,12 +66,28 @@ class Run:
     eval_returns: list[float] = field(default_factory=list)
     stop_reason: str | None = None
     video_env: Any = None
+    #: this run's hold on ``run_dir``, given up by :meth:`close` or when the run is dropped
+    claim: Claim | None = field(default=None, repr=False)
+    #: the recipe keys a resume changed (``--set``), for the user to see
+    changed: list[str] = field(default_factory=list)
     _parameter_storages: list | None = field(default=None, repr=False)
+    #: the resolved recipe recipe.toml was last seen or written to hold
+    _recipe_on_disk: dict | None = field(default=None, repr=False)
 
     @classmethod
     def build(cls, recipe: Recipe, run_dir: Path, *, resuming: bool = False) -> "Run":
-        if not resuming:
-            check_run_dir(run_dir)
+        """The recipe built into ``run_dir``, claimed for this run first (:class:`Claim`: a second run on it is
+        refused); a new run that fails to build leaves no directory behind."""
+        ensure_writable(run_dir)
+        claim = Claim(run_dir, new=not resuming)
+        try:
+            return cls._build(recipe, run_dir, claim)
+        except BaseException:
+            claim.release(abandon=True)
+            raise
+
+    @classmethod
+    def _build(cls, recipe: Recipe, run_dir: Path, claim: Claim) -> "Run":
         settings = recipe.run
         prepare_process(settings.num_threads)
         seed_everything(settings.seed)
@@ -79,7 +98,6 @@ class Run:
             seed=settings.seed, total_frames=settings.total_frames, run_dir=run_dir,
         )
         runner = recipe.runner.build(device=settings.device, seed=settings.seed)
-        ensure_writable(run_dir)
         video_env = None
         if recipe.eval.video:  # opened now: an env that cannot render is a clear error before any training
             from rlplug.run.video import open_video_env
@@ -89,7 +107,7 @@ class Run:
         collector = conform(protocols.Collector, runner.collector(
             env, algorithm.policy, algorithm.frames_per_batch, seed=settings.seed, recipe=recipe, algorithm=algorithm,
         ), f"{recipe.runner.title}'s collector()")
-        return cls(recipe, run_dir, env, eval_env, algorithm, collector, video_env=video_env)
+        return cls(recipe, run_dir, env, eval_env, algorithm, collector, video_env=video_env, claim=claim)
 
     def train(self, max_frames: int | None = None, max_episodes: int | None = None, max_iters: int | None = None,
               eval_every: int | None = None) -> dict[str, Any]:
@@ -111,7 +129,7 @@ class Run:
 
         ensure_writable(self.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        write_atomically(self.run_dir / "recipe.toml", tomli_w.dumps(recipe.resolved()).encode())
+        self.write_recipe()
         loggers: list = []
         started, frames_before = time.perf_counter(), self.frames
         summary: dict[str, Any] = {"status": "failed"}
@@ -155,54 +173,107 @@ class Run:
             raise
         finally:
             self.train_seconds += time.perf_counter() - started
-            try:  # workers elsewhere stop whatever way training ends (a later train() starts them again)
+            failing = sys.exc_info()[1] is not None
+            with reported(True, "the runner did not shut down cleanly"):
+                # workers elsewhere stop whatever way training ends (a later train() starts them again)
                 self.collector.shutdown()
-            except Exception as error:  # never hides why training ended
-                warnings.warn(f"the runner did not shut down cleanly: {type(error).__name__}: {error}")
             summary.update(self.summary())
-            write_atomically(self.run_dir / "summary.json", (json.dumps(summary, indent=2) + "\n").encode())
+            with reported(failing, "summary.json was not written"):  # on a full disk, say
+                write_atomically(self.run_dir / "summary.json", (json.dumps(summary, indent=2) + "\n").encode())
             for logger in loggers:
-                logger.close(summary)
+                with reported(failing, "a logger did not close cleanly"):
+                    logger.close(summary)
         return summary
 
+    def write_recipe(self, *, checkpointed: bool = False) -> None:
+        """``recipe.toml``: the recipe of the latest checkpoint, or of a run yet to write one. Written when it is
+        missing, and on a checkpoint where the recipe changed (``resume --set``) and the file says otherwise; a
+        file that says the same (the user's, comments and all) is left as it is. A new run whose recipe cannot
+        be written (a full disk) gives its directory up, so the same ``--out`` works once space is back."""
+        path = self.run_dir / "recipe.toml"
+        resolved = self.recipe.resolved()
+        if path.is_file() and (not checkpointed or self._recipe_on_disk == resolved):
+            return
+        if path.is_file():
+            try:
+                self._recipe_on_disk = validate(read_toml(path), file=str(path)).resolved()
+            except UserError:  # no longer a recipe: replaced by the run's
+                self._recipe_on_disk = None
+            if self._recipe_on_disk == resolved:
+                return
+        try:
+            write_atomically(path, tomli_w.dumps(resolved).encode())
+        except OSError:
+            if self.frames == 0 and self.claim is not None and self.claim.new:
+                self.close(abandon=True)
+            raise
+        self._recipe_on_disk = resolved
+
     @classmethod
-    def resume(cls, run_dir: Path) -> "Run":
-        """The run in ``run_dir``, built from its checkpoint's recipe and state, ready to train on."""
-        checkpoint = run_dir / "checkpoint.pt"
-        if not checkpoint.exists():
-            what = "no run directory" if not run_dir.is_dir() else "no checkpoint.pt in it"
-            raise UserError(f"{run_dir}: {what}; resume takes the directory of a run that wrote a checkpoint")
-        return cls.from_checkpoint(checkpoint, run_dir, resuming=True)[0]
+    def resume(cls, run_dir: Path, overrides: list[str] = ()) -> "Run":
+        """The run in ``run_dir``, built from its checkpoint's recipe and state, ready to train on; ``overrides``
+        (``--set``) change what trained weights allow (:mod:`rlplug.run.resuming`), and :attr:`changed` names the
+        keys they changed. A run killed before its first checkpoint starts over from frame 0 with its recipe."""
+        checkpoint, recipe_file = run_dir / "checkpoint.pt", run_dir / "recipe.toml"
+        if checkpoint.exists():
+            return cls.from_checkpoint(checkpoint, run_dir, overrides=overrides, resuming=True)[0]
+        if not recipe_file.is_file():
+            what = "no run directory" if not run_dir.is_dir() else "neither checkpoint.pt nor recipe.toml in it"
+            raise UserError(f"{run_dir}: {what}; resume takes the directory of a run that started training (one "
+                            f"that wrote nothing can be started again with rlplug run RECIPE --out {run_dir})")
+        recipe, changed = resumed_recipe(read_toml(recipe_file), list(overrides), source=str(recipe_file),
+                                         directory_recipe=None)
+        run = cls.build(recipe, run_dir, resuming=True)
+        run.changed = changed
+        return run
 
     @classmethod
     def from_checkpoint(cls, path: Path, run_dir: Path, *, changes: dict[str, Any] | None = None,
-                        resuming: bool = False) -> tuple["Run", dict[str, Any]]:
+                        overrides: list[str] = (), resuming: bool = False) -> tuple["Run", dict[str, Any]]:
         """The run a checkpoint holds, built from the checkpoint's own recipe into ``run_dir`` and loaded with its
-        state (the one way a run is rebuilt: ``rlplug resume``, ``rlplug eval`` and :meth:`rlplug.Agent.load`); ``changes`` replace top-level recipe tables' keys first (``{"eval": {"episodes": 5}}``).
+        state (the one way a run is rebuilt: ``rlplug resume``, ``rlplug eval`` and :meth:`rlplug.Agent.load`);
+        ``changes`` replace top-level recipe tables' keys first (``{"eval": {"episodes": 5}}``); ``resuming``: in
+        its own directory, with ``overrides`` and the directory's recipe.toml checked (:func:`resumed_recipe`).
 
         Returns ``(run, state)``. A file that loads as tensors but does not fit its own recipe (tampered, or
-        truncated by hand) is refused with one line, never half-used.
+        truncated by hand), or holds non-finite parameters, is refused with one line, never half-used.
         """
         state = load_checkpoint(path)
-        data = state.get("recipe")
-        if not isinstance(data, dict):
-            raise UserError(f"{path}: not an rlplug checkpoint (it holds no recipe)")
-        data = copy.deepcopy(data)
+        data = copy.deepcopy(state["recipe"])
         for table, values in (changes or {}).items():
             current = data.get(table, {})
             if not isinstance(current, dict):
                 raise UserError(f"{path}: not a usable rlplug checkpoint (its recipe's {table} is not a table)")
             data[table] = {**current, **values} if "use" not in values else dict(values)
-        run = cls.build(validate(data, file=str(path)), run_dir, resuming=resuming)
+        changed: list[str] = []
+        if resuming:
+            recipe, changed = resumed_recipe(data, list(overrides), source=str(path),
+                                             directory_recipe=run_dir / "recipe.toml")
+        else:
+            recipe = validate(data, file=str(path))
+        run = cls.build(recipe, run_dir, resuming=resuming)
+        run.changed = changed
         try:
             run.load_state_dict(state)
+            if not run.finite(state):
+                raise UserError("its network parameters or normalisation statistics are not all finite (NaN or "
+                                "infinity), so nothing can be learned or evaluated from it; use an earlier one from "
+                                "checkpoints/")
         except UserError as error:
+            run.close(abandon=True)
             raise UserError(f"{path}: {error}") from error
         except (KeyError, TypeError, ValueError, RuntimeError, IndexError, AttributeError) as error:
+            run.close(abandon=True)
             detail = " ".join(f"{type(error).__name__}: {error}".split())[:200]
             raise UserError(f"{path}: not a usable rlplug checkpoint, its contents do not fit its recipe "
                             f"({detail})") from error
         return run, state
+
+    def close(self, *, abandon: bool = False) -> None:
+        """Stop the runner's workers and give up the run directory (a run that will not train on); ``abandon``:
+        a new run's directory is removed again (:meth:`Claim.release`)."""
+        self.collector.shutdown()
+        self.claim.release(abandon=abandon)
 
     def env_statistics(self) -> dict[str, Any]:
         """The training envs' statistics: the collector's where its envs live elsewhere (ray workers)."""
@@ -250,16 +321,31 @@ class Run:
 
     def checkpoint(self) -> Path:
         """Write ``checkpoint.pt`` (the latest) and ``checkpoints/frames-N.pt`` (the last K), atomically."""
-        data = io.BytesIO()
-        torch.save(self.state_dict(), data)
+        data = self.checkpoint_bytes()
         kept = self.run_dir / "checkpoints"
         kept.mkdir(exist_ok=True)
-        write_atomically(kept / f"frames-{self.frames:012d}.pt", data.getvalue())
+        write_atomically(kept / f"frames-{self.frames:012d}.pt", data)
         for old in sorted(kept.glob("frames-*.pt"))[:-self.recipe.run.keep_checkpoints]:
             old.unlink()
         latest = self.run_dir / "checkpoint.pt"
-        write_atomically(latest, data.getvalue())
+        write_atomically(latest, data)
+        self.write_recipe(checkpointed=True)
         return latest
+
+    def checkpoint_bytes(self) -> bytes:
+        """The checkpoint file's contents; refused while anything it would hold is NaN or infinite, so that every
+        checkpoint on disk is one training can go on from."""
+        state = self.state_dict()
+        if not self.finite(state):
+            raise TrainingDiverged(f"no checkpoint written at frame {self.frames}: the network parameters or "
+                                   f"normalisation statistics are not all finite (NaN or infinity)")
+        data = io.BytesIO()
+        torch.save(state, data)
+        return data.getvalue()
+
+    def finite(self, state: dict[str, Any]) -> bool:
+        """Whether the networks' parameters and the env statistics of ``state`` (this run's) are all finite."""
+        return all_finite(self.parameter_storages()) and tensors_finite(state["env"])
 
     def summary(self) -> dict[str, Any]:
         returns = self.eval_returns
@@ -302,12 +388,13 @@ class Run:
         return path
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything a checkpoint holds: plain tensors and numbers, loadable with ``weights_only=True``."""
-        return {"format": CHECKPOINT_FORMAT, "recipe": self.recipe.resolved(), "algorithm": self.algorithm.state_dict(),
-                "env": self.env_statistics(),
-                "frames": self.frames, "iterations": self.iterations, "episodes": self.collector.tracker.episodes,
-                "train_seconds": self.train_seconds, "rng": rng_state(),
-                "saved_at": datetime.now(timezone.utc).isoformat()}
+        """Everything a checkpoint holds: plain tensors and numbers, loadable with ``weights_only=True``, and
+        their digest."""
+        return sealed({"recipe": self.recipe.resolved(), "algorithm": self.algorithm.state_dict(),
+                       "env": self.env_statistics(),
+                       "frames": self.frames, "iterations": self.iterations,
+                       "episodes": self.collector.tracker.episodes, "train_seconds": self.train_seconds,
+                       "rng": rng_state(), "saved_at": datetime.now(timezone.utc).isoformat()})
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a checkpoint: the same parameters, optimiser, statistics, counters and random
@@ -326,9 +413,7 @@ class Run:
         self.collector.restart(seed=episode_seed(self.recipe.run.seed, self.frames))
 
     def save_checkpoint(self, path: Path) -> None:
-        buffer = io.BytesIO()
-        torch.save(self.state_dict(), buffer)
-        write_atomically(path, buffer.getvalue())
+        write_atomically(path, self.checkpoint_bytes())
 
 
 def next_multiple(frames: int, every: int) -> int | None:
@@ -340,6 +425,19 @@ def episode_seed(seed: int, frames: int) -> int:
     """The seed every env restarts from at a checkpoint taken at ``frames``: a resumed run uses the same."""
     return (seed * 1_000_003 + frames) % 2**31
 
+
+
+@contextlib.contextmanager
+def reported(warn: bool, what: str):
+    """What fails in a clean-up as a warning (``warn``: training ends because of another error, which must
+    say why it ended), or else as the error."""
+    try:
+        yield
+    except Exception as error:
+        if not warn:
+            raise
+        where = f"{error.filename}: " if isinstance(error, OSError) and error.filename else ""
+        warnings.warn(RlplugWarning(f"{what}: {where}{type(error).__name__}: {error}"))
 
 
 def _log(loggers: list, metrics: dict[str, float], frames: int) -> None:
