@@ -102,7 +102,7 @@ def test_bad_overrides_are_one_line_errors(tmp_path, override, fragments):
 @pytest.mark.slow
 def test_frames_per_batch_must_fit_the_envs(tmp_path):
     out = tmp_path / "run"
-    result = run_cli("run", str(CANONICAL), "--out", str(out), "--set", "algorithm.frames_per_batch=250")
+    result = run_cli("run", str(CANONICAL), "--out", str(out), "--set", "algorithm.frames_per_batch=260")
     assert_user_error(result, "algorithm.frames_per_batch", "multiple of", "8")
     assert not out.exists()
 

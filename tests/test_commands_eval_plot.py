@@ -145,10 +145,10 @@ def test_eval_errors_are_one_line(runs, tmp_path):
     import torch
 
     state = torch.load(runs["seed0"] / "checkpoint.pt", weights_only=True)
-    del state["algorithm"]  # loads as data, but does not fit its own recipe
+    del state["algorithm"]  # loads as data, but its digest tells it was changed
     torch.save(state, tmp_path / "gutted.pt")
     one_line_error(run_cli("eval", str(runs["seed0"]), "--checkpoint", str(tmp_path / "gutted.pt")),
-                   "not a usable rlplug checkpoint")
+                   "does not match its digest")
 
     marker = tmp_path / "pwned"
     malicious = tmp_path / "malicious.pt"
