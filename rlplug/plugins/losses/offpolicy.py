@@ -26,6 +26,7 @@ With recurrent networks (:mod:`rlplug.core.recurrent`), a sample is ``[sequences
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 from dataclasses import dataclass
 
@@ -42,8 +43,6 @@ from rlplug.core.tensordicts import trusted
 
 def target_copy(network: nn.Module) -> nn.Module:
     """A frozen deep copy of ``network``, moved towards it by :func:`polyak_update`."""
-    import copy
-
     target = copy.deepcopy(network)
     target.requires_grad_(False)
     return target

@@ -17,7 +17,7 @@ from torch.nn import functional
 from torchrl.data import OneHot
 
 from rlplug.plugins.algorithms.offpolicy.base import OffPolicy
-from rlplug.plugins.algorithms.offpolicy.parts import exploring
+from rlplug.plugins.algorithms.offpolicy.parts import build_network, exploring
 
 
 class EpsilonGreedy(TensorDictModuleBase):
@@ -52,7 +52,7 @@ class DQN(OffPolicy):
     actions = "discrete"
 
     def build(self) -> TensorDictModuleBase:
-        self.network = self.config.q_network.build(role="q_values", **self.specs)
+        self.network = build_network(self.config.q_network, role="q_values", **self.specs)
         return self.network
 
     def trained_networks(self):
