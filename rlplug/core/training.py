@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
+
 import torch
 
 
@@ -118,6 +121,12 @@ def load_optimiser_state(optimiser: torch.optim.Optimizer, state: dict) -> None:
                 if isinstance(value, torch.Tensor) and value.dim() and value.shape != parameter.shape:
                     raise ValueError(f"the optimiser's {name} has shape {list(value.shape)} for a parameter of "
                                      f"shape {list(parameter.shape)}")
+
+
+def summed(terms: list[torch.Tensor]) -> torch.Tensor:
+    """A loss's terms added pairwise: one autograd node per term, where stacking them and summing takes two
+    nodes and a select per term in the backward pass, on every minibatch."""
+    return functools.reduce(operator.add, terms)
 
 
 class NonFiniteError(ArithmeticError):

@@ -37,7 +37,7 @@ from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 from torch import nn
 
 from rlplug.core.tensordicts import trusted
-from rlplug.core.training import MetricMean
+from rlplug.core.training import MetricMean, summed
 from rlplug.errors import UserError
 from rlplug.networks import is_discrete, observation_key
 from rlplug.plugins.algorithms.offpolicy.config import OffPolicyConfig
@@ -213,7 +213,7 @@ class OffPolicy:
             out = self.loss_module(sample)
         learners = self.loss_module.term_learners
         terms = [value for key, value in out.items() if key in learners and learners[key] in stepped]
-        norms = self.learners.step(terms[0] if len(terms) == 1 else torch.stack(terms).sum(), stepped)
+        norms = self.learners.step(summed(terms), stepped)
         if self.update_targets is not None and self.moves_targets():
             self.update_targets(self.config.tau)
         metrics.add(**{key: value for key, value in out.items() if value.numel() == 1},

@@ -25,7 +25,7 @@ from tensordict.nn import TensorDictModuleBase
 from rlplug.core.acting import ActorView, tensor_function
 from rlplug.core.tensordicts import trusted
 from rlplug.core.training import (FlatParameters, MetricMean, clip_and_step, load_optimiser_state, make_optimizer,
-                                  optimiser_step, scheduled_lr, set_learning_rate)
+                                  optimiser_step, scheduled_lr, set_learning_rate, summed)
 from rlplug.errors import UserError
 from rlplug.networks import share_body
 from rlplug.plugins.algorithms.onpolicy.config import OnPolicyConfig
@@ -143,8 +143,7 @@ class OnPolicy:
         if self.reports_diagnostics:
             self.loss_module.diagnostics = diagnostics
         out = self.loss_module(minibatch)
-        terms = [value for key, value in out.items() if key.startswith("loss_")]
-        total = terms[0] if len(terms) == 1 else torch.stack(terms).sum()
+        total = summed([value for key, value in out.items() if key.startswith("loss_")])
         reported = {key: value.detach() for key, value in out.items() if value.numel() == 1} if diagnostics else {}
         return total, reported
 
