@@ -21,6 +21,7 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from rlplug import recipe as recipes
 from rlplug.core.acting import ActorView
+from rlplug.core.envs import as_evaluation_env
 from rlplug.errors import UserError
 from rlplug.run.directory import default_run_dir
 from rlplug.run.evaluation import EVAL_SEED_OFFSET, build_eval_env, evaluate
@@ -74,10 +75,7 @@ class Agent:
         recipe = self.run.recipe
         env = build_eval_env(recipe, episodes)
         try:
-            statistics = self.run.env_statistics()
-            if statistics:
-                env.load_statistics(statistics)
-                env.set_training(False)
+            as_evaluation_env(env, self.run.env_statistics())
             return evaluate(env, self.run.algorithm.policy, episodes, seed=recipe.run.seed + EVAL_SEED_OFFSET)
         finally:
             env.close()
@@ -123,6 +121,11 @@ class Agent:
     @property
     def frames(self) -> int:
         return self.run.frames
+
+    def close(self) -> None:
+        """Close the envs (their worker processes, with ``env.vectorization = "async"``) and give up the run
+        directory; the agent is not used afterwards."""
+        self.run.close()
 
 
 def flatten(overrides: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -78,7 +78,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from rlplug.core.envs import env_statistics
+    from rlplug.core.envs import as_evaluation_env, env_statistics
     from rlplug.run.evaluation import evaluate
     from rlplug.run.trainer import Run
     from rlplug.run.video import env_name, open_video_env, record_video
@@ -91,9 +91,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         episodes = recipe.eval.episodes
         seed = args.seed if args.seed is not None else recipe.run.seed + EVAL_SEED_OFFSET
         statistics = env_statistics(run.env)
-        if statistics:  # exactly Run.evaluate: the training env's statistics, frozen
-            run.eval_env.load_statistics(statistics)
-            run.eval_env.set_training(False)
+        as_evaluation_env(run.eval_env, statistics)  # exactly Run.evaluate: the training env's statistics, frozen
         what = env_name(recipe)
         # The video env first: a run that cannot be filmed is refused before anything is evaluated.
         video_env = open_video_env(recipe, statistics) if video is not None else None

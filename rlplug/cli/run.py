@@ -216,8 +216,11 @@ def train_until_done_or_stopped(run) -> int:
     except OSError as error:  # a full disk, say: what, where, and how to go on
         raise stopped_by(error, run) from error
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        try:
+            run.close()  # envs' worker processes end with the run, however it ends
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
     print(f"run directory: {run.run_dir}")
     if summary["status"] == "interrupted":
         print(f"stopped at frame {run.frames}; continue with: python -m rlplug resume {run.run_dir}", file=sys.stderr)

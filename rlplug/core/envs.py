@@ -24,3 +24,20 @@ def build_env(component, **context):
     from rlplug.core.observations import one_observation
 
     return one_observation(component.build(**context))
+
+
+def as_evaluation_env(env, statistics: dict[str, Any]) -> None:
+    """``env`` made ready to evaluate: the training env's ``statistics`` (if any) loaded, then training turned
+    off where the env says what that is (``set_training(False)``): statistics frozen, training-only reward
+    shaping off, so evaluation counts the env's own episodes and rewards."""
+    if statistics:
+        env.load_statistics(statistics)
+    set_training = capability(env, protocols.Env.set_training)
+    if set_training:
+        set_training(False)
+
+
+def close_env(env) -> None:
+    """``env`` closed, once (a closed TorchRL env refuses a second close)."""
+    if env is not None and not getattr(env, "is_closed", False):
+        env.close()

@@ -72,6 +72,7 @@ class Claim:
                     else:
                         child.unlink(missing_ok=True)
         if self.fd >= 0:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)  # for every copy of the descriptor (an env worker forked with it)
             os.close(self.fd)
             self.fd = -1
 

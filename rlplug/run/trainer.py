@@ -34,7 +34,7 @@ from rlplug.registry.protocols import capability, checked_metrics, conform
 from rlplug.run.checkpoints import load_checkpoint, rng_state, sealed, set_rng_state, tensors_finite
 from rlplug.run.directory import Claim, ensure_writable, write_atomically
 from rlplug.run.resuming import resumed_recipe
-from rlplug.core.envs import build_env, env_statistics
+from rlplug.core.envs import as_evaluation_env, build_env, close_env, env_statistics
 from rlplug.run.evaluation import build_eval_env, evaluate
 
 quiet_torchrl()
@@ -91,22 +91,26 @@ class Run:
         settings = recipe.run
         prepare_process(settings.num_threads)
         seed_everything(settings.seed)
-        env = build_env(recipe.env, device=settings.device)
-        eval_env = build_eval_env(recipe)
-        algorithm = recipe.algorithm.build(
-            observation_spec=env.observation_spec, action_spec=env.action_spec, device=settings.device,
-            seed=settings.seed, total_frames=settings.total_frames, run_dir=run_dir,
-        )
-        runner = recipe.runner.build(device=settings.device, seed=settings.seed)
-        video_env = None
-        if recipe.eval.video:  # opened now: an env that cannot render is a clear error before any training
-            from rlplug.run.video import open_video_env
+        with contextlib.ExitStack() as opened:  # envs with worker processes are closed if a later part fails
+            env = build_env(recipe.env, device=settings.device)
+            opened.callback(close_env, env)
+            eval_env = build_eval_env(recipe)
+            opened.callback(close_env, eval_env)
+            algorithm = recipe.algorithm.build(
+                observation_spec=env.observation_spec, action_spec=env.action_spec, device=settings.device,
+                seed=settings.seed, total_frames=settings.total_frames, run_dir=run_dir,
+            )
+            runner = recipe.runner.build(device=settings.device, seed=settings.seed)
+            video_env = None
+            if recipe.eval.video:  # opened now: an env that cannot render is a clear error before any training
+                from rlplug.run.video import open_video_env
 
-            video_env = open_video_env(recipe, {})
-        # Last, as it may start workers elsewhere (the ray runner): every other check has passed by now.
-        collector = conform(protocols.Collector, runner.collector(
-            env, algorithm.policy, algorithm.frames_per_batch, seed=settings.seed, recipe=recipe, algorithm=algorithm,
-        ), f"{recipe.runner.title}'s collector()")
+                video_env = open_video_env(recipe, {})
+                opened.callback(close_env, video_env)
+            # Last, as it may start workers elsewhere (the ray runner): every other check has passed by now.
+            collector = conform(protocols.Collector, runner.collector(env, algorithm.policy, algorithm.frames_per_batch,
+                seed=settings.seed, recipe=recipe, algorithm=algorithm), f"{recipe.runner.title}'s collector()")
+            opened.pop_all()
         return cls(recipe, run_dir, env, eval_env, algorithm, collector, video_env=video_env, claim=claim)
 
     def train(self, max_frames: int | None = None, max_episodes: int | None = None, max_iters: int | None = None,
@@ -270,10 +274,14 @@ class Run:
         return run, state
 
     def close(self, *, abandon: bool = False) -> None:
-        """Stop the runner's workers and give up the run directory (a run that will not train on); ``abandon``:
-        a new run's directory is removed again (:meth:`Claim.release`)."""
-        self.collector.shutdown()
-        self.claim.release(abandon=abandon)
+        """Stop the runner's workers, close the envs (worker processes too) and give up the run directory (a run
+        that will not train on); ``abandon``: a new run's directory is removed again (:meth:`Claim.release`)."""
+        try:
+            self.collector.shutdown()
+        finally:
+            for env in (self.env, self.eval_env, self.video_env):
+                close_env(env)
+            self.claim.release(abandon=abandon)
 
     def env_statistics(self) -> dict[str, Any]:
         """The training envs' statistics: the collector's where its envs live elsewhere (ray workers)."""
@@ -360,9 +368,7 @@ class Run:
     def evaluate(self, loggers: list = ()) -> list[float]:
         """The deterministic policy on the eval env, with the train env's statistics (frozen), if it has any."""
         statistics = self.env_statistics()
-        if statistics:
-            self.eval_env.load_statistics(statistics)
-            self.eval_env.set_training(False)
+        as_evaluation_env(self.eval_env, statistics)
         self.eval_returns = evaluate(self.eval_env, self.algorithm.policy, self.recipe.eval.episodes,
                                      seed=self.recipe.run.seed + 10_000)
         _log(loggers, {"eval_return_mean": float(np.mean(self.eval_returns)),
@@ -375,9 +381,7 @@ class Run:
         """One deterministic episode, filmed, from the evaluation's first start state; handed to loggers."""
         from rlplug.run.video import env_name, record_video
 
-        if statistics:
-            self.video_env.load_statistics(statistics)
-            self.video_env.set_training(False)
+        as_evaluation_env(self.video_env, statistics)
         path = self.run_dir / "videos" / f"frames-{self.frames:012d}.mp4"
         record_video(self.video_env, self.algorithm.policy, path, env_id=env_name(self.recipe), episodes=1,
                      seed=self.recipe.run.seed + 10_000)
@@ -424,7 +428,6 @@ def next_multiple(frames: int, every: int) -> int | None:
 def episode_seed(seed: int, frames: int) -> int:
     """The seed every env restarts from at a checkpoint taken at ``frames``: a resumed run uses the same."""
     return (seed * 1_000_003 + frames) % 2**31
-
 
 
 @contextlib.contextmanager

@@ -35,6 +35,8 @@ def render_recipe(recipe):
     data = recipe.resolved()
     env = data["env"]
     env["num_envs"] = 1
+    if "vectorization" in env:  # one copy, rendered here: no worker process
+        env["vectorization"] = "sync"
     env["kwargs"] = {**env.get("kwargs", {}), "render_mode": "rgb_array"}
     env["wrappers"] = [*env.get("wrappers", []),
                        {"name": "RenderCollection", "kwargs": {"pop_frames": True, "reset_clean": False}}]
@@ -61,13 +63,13 @@ def open_video_env(recipe, statistics: dict[str, Any]):
     os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")  # its greeting would land on stdout
     if importlib.util.find_spec("imageio_ffmpeg") is None:
         raise UserError("--video needs the imageio-ffmpeg package: pip install imageio-ffmpeg")
+    from rlplug.core.envs import as_evaluation_env
+
     env_id = env_name(recipe)
     env = None
     try:
         env = render_recipe(recipe).env.build(device=recipe.run.device)
-        if statistics:
-            env.load_statistics(statistics)
-            env.set_training(False)
+        as_evaluation_env(env, statistics)
         env.stage.render()  # frames of the steps TorchRL took to infer the specs: not part of any episode
     except ComponentFailure as error:  # the env's factory raised: a missing renderer, a render_mode it lacks
         raise cannot_render(env_id, error.__cause__ or error) from error

@@ -126,9 +126,12 @@ def make_gym(
     normalize_rewards: bool = False,
     #: the discount of the return whose running std scales rewards (normalize_rewards)
     reward_gamma: Annotated[float, Range(ge=0, le=1)] = 0.99,
+    #: where the copies are stepped: "sync", one after another in this process; "async", each in a worker
+    #: process of its own (gymnasium's AsyncVectorEnv), for envs whose step costs more than a pipe's round trip
+    vectorization: Literal["sync", "async"] = "sync",
     device: str = "cpu",
 ):
-    """Any gymnasium id, ``num_envs`` copies stepped in this process (no subprocesses).
+    """Any gymnasium id, ``num_envs`` copies stepped in this process or in worker processes.
 
     - ``max_episode_steps``: a time limit (truncation) instead of the id's own.
     - ``kwargs``: arguments of ``gymnasium.make`` for the id.
@@ -163,7 +166,7 @@ def make_gym(
         wrappers=[(gym_wrapper_class(w.name), dict(w.kwargs)) for w in wrappers],
         flatten_observations=flatten_observations, frame_stack=frame_stack,
         observation_indices=observation_indices, normalize_observations=normalize_observations, clip_observations=clip_observations,
-        normalize_rewards=normalize_rewards, reward_gamma=reward_gamma,
+        normalize_rewards=normalize_rewards, reward_gamma=reward_gamma, vectorization=vectorization,
     )
 
 

@@ -26,6 +26,7 @@ import torch
 from torchrl.envs import EnvBase, GymWrapper
 
 from rlplug.errors import UserError
+from rlplug.plugins.envs import workers
 from rlplug.plugins.envs.stage import CONTINUE, Transition, VectorStage
 
 #: The observation spaces :func:`make_gym_vector_env` takes, for messages.
@@ -260,12 +261,14 @@ def make_gym_vector_env(env_id: str, *, num_envs: int, max_episode_steps: int | 
                         wrappers: Sequence[tuple[type[gym.Wrapper], Mapping[str, Any]]] = (),
                         flatten_observations: bool = False, frame_stack: int = 1,
                         observation_indices: Sequence[int] | None = None, normalize_observations: str = "none", clip_observations: float | None = None,
-                        normalize_rewards: bool = False, reward_gamma: float = 0.99) -> EnvBase:
-    """A TorchRL env over gymnasium's synchronous vector env.
+                        normalize_rewards: bool = False, reward_gamma: float = 0.99,
+                        vectorization: str = "sync") -> EnvBase:
+    """A TorchRL env over gymnasium's synchronous (``vectorization = "sync"``) or asynchronous (``"async"``:
+    one worker process per copy, :mod:`rlplug.plugins.envs.workers`) vector env.
 
     TorchRL's wrapper needs the same-step autoreset (the final observation of an episode and the first of
     the next arrive in one step); gymnasium's native vector envs (CartPole's) only do next-step autoreset,
-    so the synchronous vector env is used for every id.
+    so they are not used.
 
     Each sub-env is ``gym.make(env_id, max_episode_steps=..., **make_kwargs)``, then ``wrappers`` (gymnasium
     wrapper classes with their arguments, all but the env) in order, then the observation shaping of
@@ -275,12 +278,10 @@ def make_gym_vector_env(env_id: str, *, num_envs: int, max_episode_steps: int | 
     """
     per_env = [_wrap_with(i, cls, kwargs) for i, (cls, kwargs) in enumerate(wrappers)]
     per_env.append(_shape_observations(env_id, flatten_observations, frame_stack, observation_indices))
+    kwargs = {**({"max_episode_steps": max_episode_steps} if max_episode_steps else {}), **make_kwargs}
     try:
-        vector_env = gym.make_vec(
-            env_id, num_envs=num_envs, vectorization_mode="sync",
-            vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, wrappers=per_env,
-            **({"max_episode_steps": max_episode_steps} if max_episode_steps else {}), **make_kwargs,
-        )
+        vector_env = workers.vector_env(workers.CopyMaker(env_id, kwargs, per_env), num_envs, vectorization,
+                                        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     except TypeError as error:
         if "unexpected keyword argument" not in str(error):
             raise
@@ -298,10 +299,10 @@ def make_gym_vector_env(env_id: str, *, num_envs: int, max_episode_steps: int | 
                                 f"dimensions {shown}; use 'running'", path="env.normalize_observations")
         stage = VectorStage(vector_env, observations=normalize_observations, clip=clip_observations,
                             rewards=normalize_rewards, gamma=reward_gamma)
+        env = VectorGymEnv(stage, device=device)
     except BaseException:
         vector_env.close()
         raise
-    env = VectorGymEnv(stage, device=device)
     # TorchRL stepped the env while inferring its specs: those steps are not experience.
     stage.reset_statistics()
     stage._continuable = False
