@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -25,7 +26,41 @@ def known_gym_id(env_id: str) -> str | None:
 
     if env_id in registry:
         return None
+    missing = register_env_packages(env_id)
+    if env_id in registry:
+        return None
+    if missing:
+        return f"{env_id} needs the {missing[0]} package: pip install \"rlplug[{missing[1]}]\""
     return f"no gymnasium environment '{env_id}'{did_you_mean(env_id, registry)}"
+
+
+#: Packages whose gymnasium ids a recipe names without importing anything itself (recipes are data; 'module:Id'
+#: is refused): (module, pip name, rlplug extra, how the ids they register look).
+ENV_PACKAGES = (
+    ("ale_py", "ale-py", "atari", re.compile(r"ALE/.+|\w+(NoFrameskip|Deterministic)-v[04]")),
+    ("minatar", "minatar", "minatar", re.compile(r"MinAtar/.+")),
+)
+
+
+def register_env_packages(env_id: str) -> tuple[str, str] | None:
+    """Registers the gymnasium ids of the package of :data:`ENV_PACKAGES` that ``env_id`` looks like it is
+    from; returns ``(pip name, extra)`` where that package is not installed."""
+    import importlib
+    import importlib.util
+
+    from gymnasium.envs.registration import registry
+
+    for module, pip_name, extra, ids in ENV_PACKAGES:
+        if not ids.fullmatch(env_id):
+            continue
+        if importlib.util.find_spec(module) is None:
+            return pip_name, extra
+        if module == "minatar":  # registers its ids on request only
+            if not any(name.startswith("MinAtar/") for name in registry):
+                importlib.import_module("minatar.gym").register_envs()
+        else:  # ale_py registers its ids when imported
+            importlib.import_module(module)
+    return None
 
 
 def gym_wrapper_names() -> list[str]:
@@ -126,6 +161,14 @@ def make_gym(
     normalize_rewards: bool = False,
     #: the discount of the return whose running std scales rewards (normalize_rewards)
     reward_gamma: Annotated[float, Range(ge=0, le=1)] = 0.99,
+    #: rewards clipped to [-c, c] while training (Atari: 1, the sign of each score change); evaluation and the
+    #: reported returns of evaluation count the env's own
+    clip_rewards: Annotated[float, Range(gt=0)] | None = None,
+    #: while training, a lost life (info["lives"], as Atari envs give it) ends the episode the algorithm sees and
+    #: the game goes on; evaluation plays whole games
+    episodic_life: bool = False,
+    #: an [H, W, C] image observation as [C, H, W], the layout convolutions read (MinAtar's), after the wrappers
+    channels_first: bool = False,
     #: where the copies are stepped: "sync", one after another in this process; "async", each in a worker
     #: process of its own (gymnasium's AsyncVectorEnv), for envs whose step costs more than a pipe's round trip
     vectorization: Literal["sync", "async"] = "sync",
@@ -150,6 +193,10 @@ def make_gym(
     - ``clip_observations``: observations clipped to [-c, c] after normalisation.
     - ``normalize_rewards``: rewards scaled by the running std of the discounted return (``reward_gamma``),
       as gymnasium's NormalizeReward; left unscaled out of training (evaluation).
+    - ``clip_rewards``, ``episodic_life``: Atari's training-only shaping, off in evaluation, which plays whole
+      games and counts the game's score.
+    - ``vectorization``: "async" steps each copy in a worker process of its own; the workers ignore Ctrl-C
+      (the run stops after the iteration and closes them) and end with the run however it ends.
     """
     from rlplug.plugins.envs.gym import make_gym_vector_env
 
@@ -167,6 +214,7 @@ def make_gym(
         flatten_observations=flatten_observations, frame_stack=frame_stack,
         observation_indices=observation_indices, normalize_observations=normalize_observations, clip_observations=clip_observations,
         normalize_rewards=normalize_rewards, reward_gamma=reward_gamma, vectorization=vectorization,
+        clip_rewards=clip_rewards, episodic_life=episodic_life, channels_first=channels_first,
     )
 
 

@@ -188,6 +188,24 @@ class SelectObservation(gym.ObservationWrapper):
         return observation[self.indices]
 
 
+class ChannelsFirst(gym.ObservationWrapper):
+    """An image observation ``[H, W, C]`` as ``[C, H, W]``, the layout convolutions read (MinAtar gives the
+    former)."""
+
+    def __init__(self, env: gym.Env, env_id: str):
+        super().__init__(env)
+        space = env.observation_space
+        if not isinstance(space, gym.spaces.Box) or len(space.shape) != 3:
+            raise UserError(f"moves the channels of an [H, W, C] image first, and {env_id}'s observation is a "
+                            f"{space_name(space)}", path="env.channels_first")
+        self.observation_space = gym.spaces.Box(np.moveaxis(np.broadcast_to(space.low, space.shape), -1, 0),
+                                                np.moveaxis(np.broadcast_to(space.high, space.shape), -1, 0),
+                                                dtype=space.dtype)
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(np.moveaxis(observation, -1, 0))
+
+
 def _select(env: gym.Env, env_id: str, indices: Sequence[int]) -> gym.Env:
     """:class:`SelectObservation`, or ``UserError`` naming ``env.observation_indices``."""
     space = env.observation_space
@@ -262,7 +280,8 @@ def make_gym_vector_env(env_id: str, *, num_envs: int, max_episode_steps: int | 
                         flatten_observations: bool = False, frame_stack: int = 1,
                         observation_indices: Sequence[int] | None = None, normalize_observations: str = "none", clip_observations: float | None = None,
                         normalize_rewards: bool = False, reward_gamma: float = 0.99,
-                        vectorization: str = "sync") -> EnvBase:
+                        vectorization: str = "sync", clip_rewards: float | None = None,
+                        episodic_life: bool = False, channels_first: bool = False) -> EnvBase:
     """A TorchRL env over gymnasium's synchronous (``vectorization = "sync"``) or asynchronous (``"async"``:
     one worker process per copy, :mod:`rlplug.plugins.envs.workers`) vector env.
 
@@ -271,12 +290,14 @@ def make_gym_vector_env(env_id: str, *, num_envs: int, max_episode_steps: int | 
     so they are not used.
 
     Each sub-env is ``gym.make(env_id, max_episode_steps=..., **make_kwargs)``, then ``wrappers`` (gymnasium
-    wrapper classes with their arguments, all but the env) in order, then the observation shaping of
+    wrapper classes with their arguments, all but the env) in order, ``channels_first``, then the observation shaping of
     :func:`_shape_observations` (``flatten_observations``, ``observation_indices``, ``frame_stack``). The vector env then gets a
     :class:`VectorStage` (``normalize_observations``, ``clip_observations``, ``normalize_rewards``,
-    ``reward_gamma``). Problems with the id, the spaces or the options are ``UserError``.
+    ``reward_gamma``, ``clip_rewards``, ``episodic_life``). Problems with the id, the spaces or the options are ``UserError``.
     """
     per_env = [_wrap_with(i, cls, kwargs) for i, (cls, kwargs) in enumerate(wrappers)]
+    if channels_first:
+        per_env.append(lambda env: ChannelsFirst(env, env_id))
     per_env.append(_shape_observations(env_id, flatten_observations, frame_stack, observation_indices))
     kwargs = {**({"max_episode_steps": max_episode_steps} if max_episode_steps else {}), **make_kwargs}
     try:
@@ -298,7 +319,8 @@ def make_gym_vector_env(env_id: str, *, num_envs: int, max_episode_steps: int | 
                 raise UserError(f"'fixed' rescales from the observation bounds, but {env_id}'s are infinite in "
                                 f"dimensions {shown}; use 'running'", path="env.normalize_observations")
         stage = VectorStage(vector_env, observations=normalize_observations, clip=clip_observations,
-                            rewards=normalize_rewards, gamma=reward_gamma)
+                            rewards=normalize_rewards, gamma=reward_gamma, clip_rewards=clip_rewards,
+                            episodic_life=episodic_life)
         env = VectorGymEnv(stage, device=device)
     except BaseException:
         vector_env.close()

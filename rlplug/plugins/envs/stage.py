@@ -40,6 +40,13 @@ class VectorStage(gym.vector.VectorWrapper):
     - ``clip``: observations (after normalisation) clipped to ``[-clip, clip]``.
     - ``rewards``: rewards divided by the running standard deviation of the discounted return, exactly
       gymnasium's vector ``NormalizeReward`` (``gamma``, epsilon 1e-8) under same-step autoreset.
+    - ``clip_rewards``: rewards clipped to ``[-c, c]`` (before ``rewards`` scales them), Atari's sign of the
+      score's change for c = 1.
+    - ``episodic_life``: a lost life (``info["lives"]`` falls, as Atari envs report it) ends the episode the
+      algorithm sees, the game going on from where it is: the final observation is the one it goes on from.
+
+The last two, and the reward scaling, are training's only: out of training (evaluation) episodes are whole
+games and rewards the env's own.
 
     Final observations in ``info["final_obs"]`` go through the same transform as the others. Statistics
     update only while :attr:`training`; out of training rewards are also left unscaled, so evaluation
@@ -52,8 +59,11 @@ class VectorStage(gym.vector.VectorWrapper):
     """
 
     def __init__(self, env: gym.vector.VectorEnv, *, observations: str = "none", clip: float | None = None,
-                 rewards: bool = False, gamma: float = 0.99, epsilon: float = 1e-8):
+                 rewards: bool = False, gamma: float = 0.99, epsilon: float = 1e-8, clip_rewards: float | None = None,
+                 episodic_life: bool = False):
         super().__init__(env)
+        self.clip_rewards, self.episodic_life = clip_rewards, episodic_life
+        self.lives: np.ndarray | None = None
         if observations not in ("none", "fixed", "running"):
             raise ValueError(f"observations must be 'none', 'fixed' or 'running', got {observations!r}")
         space = env.single_observation_space
@@ -153,6 +163,7 @@ class VectorStage(gym.vector.VectorWrapper):
         self._continuable = False
         observation, info = self.env.reset(seed=seed, options=options)
         self.returns[:] = 0
+        self.lives = np.array(info["lives"]) if "lives" in info else None
         if self.transforms_observations:
             if self.obs_rms is not None and self.training:
                 self.obs_rms.update(observation)
@@ -161,6 +172,10 @@ class VectorStage(gym.vector.VectorWrapper):
 
     def step(self, actions):
         observation, reward, terminated, truncated, info = self.env.step(actions)
+        if self.episodic_life and "lives" in info:
+            terminated, info = self._end_lost_lives(observation, terminated, truncated, info)
+        if self.clip_rewards is not None and self.training:
+            reward = np.clip(reward, -self.clip_rewards, self.clip_rewards)
         ended = terminated | truncated
         if self.transforms_observations:
             final = info.get("final_obs") if ended.any() else None
@@ -186,6 +201,21 @@ class VectorStage(gym.vector.VectorWrapper):
         if self._continuable:  # a copy: TorchRL's road writes the final observations into the step's array
             self._last = np.copy(observation), {k: v for k, v in info.items() if k not in _FINAL_KEYS}
         return observation, reward, terminated, truncated, info
+
+    def _end_lost_lives(self, observation, terminated, truncated, info):
+        """``terminated`` where a life was lost in training, with the observation the game goes on from as
+        the episode's final one (both roads read ``final_obs``); the lives are followed out of training too."""
+        lives = np.array(info["lives"])
+        lost = np.zeros_like(terminated) if self.lives is None else (lives < self.lives) & ~(terminated | truncated)
+        self.lives = lives
+        if not (self.training and lost.any()):
+            return terminated, info
+        final = info.get("final_obs")
+        final = np.full(self.num_envs, None, dtype=object) if final is None else final.copy()
+        has_final = np.zeros(self.num_envs, dtype=bool) if "_final_obs" not in info else info["_final_obs"].copy()
+        for index in np.flatnonzero(lost):
+            final[index], has_final[index] = np.copy(observation[index]), True
+        return terminated | lost, {**info, "final_obs": final, "_final_obs": has_final}
 
     def frozen_transform(self) -> "ObservationTransform | None":
         """:meth:`_transform` with the current statistics, as a torch module (float32 in and out, float64
