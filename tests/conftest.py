@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,15 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 300) -> subpro
     full_env = {**inherited, "PYTHONUNBUFFERED": "1", "COLUMNS": "200", **(env or {})}
     return subprocess.run([sys.executable, "-m", "rlplug", *args], cwd=ROOT, env=full_env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def wait_for(path: Path, process: subprocess.Popen, timeout: float = 120) -> None:
+    """Until ``path`` exists, asserting that ``process`` (a run in the background) is still running meanwhile."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.02)
 
 
 @pytest.fixture

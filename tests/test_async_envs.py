@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import CANONICAL, ROOT, one_line_error, run_cli
+from conftest import CANONICAL, ROOT, one_line_error, run_cli, wait_for
 from rlplug.plugins.envs import make_gym
 
 ASYNC = ["--set", "env.vectorization='async'"]
@@ -60,14 +60,6 @@ def start(out: Path, mark: str, *extra: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "rlplug", "run", str(CANONICAL), "--out", str(out), *SMALL, *ASYNC,
                              *extra], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
-
-
-def wait_for(path: Path, process: subprocess.Popen, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert process.poll() is None, process.communicate()
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.02)
 
 
 def transitions(vectorization: str, steps: int = 300) -> list[np.ndarray]:

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import rlplug
-from conftest import CANONICAL, ROOT, run_cli
+from conftest import CANONICAL, ROOT, run_cli, wait_for
 
 #: A small run that checkpoints often, with running statistics to restore too.
 SMALL = ["--set", "run.total_frames=12288", "--set", "run.checkpoint_every_frames=2048", "--set", "eval.every_frames=0",
@@ -33,14 +33,6 @@ def start(out: Path, *extra: str) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLPLUG_")}
     return subprocess.Popen([sys.executable, "-m", "rlplug", "run", str(CANONICAL), "--out", str(out), *SMALL, *extra],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def wait_for(path: Path, process: subprocess.Popen, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert process.poll() is None, process.communicate()
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.02)
 
 
 def final_parameters(run_dir: Path) -> dict[str, torch.Tensor]:
