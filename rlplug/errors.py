@@ -75,6 +75,12 @@ class RecipeError(UserError):
     """A recipe file that is missing, unreadable or not valid TOML."""
 
 
+class WorkersLost(UserError):
+    """Workers collecting elsewhere were lost and not replaced (a Ray node gone, ``max_restarts`` used up):
+    training stops there, with a checkpoint of the last update, and goes on with ``resume`` once the
+    cluster has room again."""
+
+
 class RlplugWarning(UserWarning):
     """Something the user may mean but should know about; the command line shows it as one line."""
 

@@ -31,9 +31,7 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 300) -> subpro
 
     rlplug's own switches (``RLPLUG_STRICT_PLUGINS``, ``RLPLUG_DEBUG``) are not inherited, only given.
     """
-    inherited = {k: v for k, v in os.environ.items() if not k.startswith("RLPLUG_")}
-    full_env = {**inherited, "PYTHONUNBUFFERED": "1", "COLUMNS": "200", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "rlplug", *args], cwd=ROOT, env=full_env,
+    return subprocess.run([sys.executable, "-m", "rlplug", *args], cwd=ROOT, env=cli_environment(env),
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -44,6 +42,17 @@ def wait_for(path: Path, process: subprocess.Popen, timeout: float = 120) -> Non
         assert process.poll() is None, process.communicate()
         assert time.monotonic() < deadline, f"{path} never appeared"
         time.sleep(0.02)
+
+
+def start_cli(*args: str, env: dict | None = None) -> subprocess.Popen:
+    """:func:`run_cli` started, not waited for: stdout and stderr are pipes, read by ``communicate``."""
+    return subprocess.Popen([sys.executable, "-m", "rlplug", *args], cwd=ROOT, env=cli_environment(env),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def cli_environment(env: dict | None) -> dict:
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("RLPLUG_")}
+    return {**inherited, "PYTHONUNBUFFERED": "1", "COLUMNS": "200", **(env or {})}
 
 
 @pytest.fixture

@@ -1,13 +1,16 @@
 """The ``ray`` runner on a real local Ray instance (2 CPUs, started once for the module), and the ``local``
 runner it must be interchangeable with: the same batches, weights on the workers after every update, a
 killed worker restarted while the run goes on, IMPALA's asynchronous collection, gradient workers, and the
-one-line errors a user can cause. Ray is a test dependency (``.[test]``): nothing here is skipped."""
+one-line errors a user can cause. Then the command line against a two-node cluster on this machine
+(``tests/ray_cluster.py``): workers spread over the nodes, and a node lost mid-run. Ray is a test dependency
+(``.[test]``): nothing here is skipped."""
 
 from __future__ import annotations
 
 import csv
 import json
 import pickle
+import subprocess
 import sys
 import threading
 import time
@@ -17,12 +20,13 @@ import ray
 import torch
 
 import rlplug
-from conftest import CANONICAL, ROOT, run_cli
+from conftest import CANONICAL, ROOT, one_line_error, run_cli, start_cli
 from rlplug import recipe as recipes
 from rlplug.errors import UserError
 from rlplug.plugins.runners.local import LocalCollector
 from rlplug.plugins.runners.ray.cluster import unreachable
 from rlplug.plugins.runners.ray.collection import RayCollection
+from rlplug.run.trainer import Run
 
 IMPALA = ROOT / "recipes" / "cartpole-impala-ray.toml"
 #: Small runs: two workers, no periodic evaluation or checkpoint, the csv logger only.
@@ -178,8 +182,10 @@ def test_ppo_trains_under_ray_and_logs_lag_and_restarts(ray_instance, tmp_path):
     assert all(float(r["policy_lag"]) == 0.0 and float(r["worker_restarts"]) == 0.0 for r in rows)
     assert all(float(r["weight_sync_ms"]) >= 0 for r in rows)
     assert released()  # training ended: the workers are gone
-    # the Python API may train on: the workers start again, with the weights trained so far
+    # the Python API may train on: the workers start again, with the weights trained so far (new workers, not
+    # restarted ones)
     assert run.train()["status"] == "finished" and run.frames >= 3072 and released()
+    assert float(metrics(run.run_dir)[-1]["worker_restarts"]) == 0.0
 
 
 def test_a_worker_that_dies_is_restarted_and_the_run_goes_on(ray_instance, tmp_path):
@@ -242,8 +248,6 @@ def test_the_command_line_run_starts_and_stops_its_own_ray(tmp_path):
     assert summary["status"] == "finished" and summary["frames"] >= 4096
     assert "rlplug:ray" in (out / "recipe.toml").read_text()
     # evaluation needs no workers: the run is rebuilt with the local runner, and `rlplug eval` answers
-    from rlplug.run.trainer import Run
-
     rebuilt, _ = Run.from_checkpoint(out / "checkpoint.pt", tmp_path / "scratch", changes={"runner": {"use": "local"}})
     assert isinstance(rebuilt.collector, LocalCollector)
     evaluated = run_cli("eval", str(out), "--episodes", "2", timeout=120)
@@ -256,3 +260,101 @@ def test_switching_a_ray_recipe_to_local_by_its_use_key_says_how(tmp_path):
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "runner.workers: unknown key 'workers'" in result.stderr
     assert "--set 'runner={use=\"local\"}'" in result.stderr and not out.exists()
+
+
+# -- the command line on a two-node cluster ---------------------------------------------------------------
+
+
+class TwoNodes:
+    """The cluster ``tests/ray_cluster.py`` keeps: its address, and its second node removed or added back."""
+
+    def __init__(self):
+        self.keeper = subprocess.Popen([sys.executable, str(ROOT / "tests" / "ray_cluster.py")], cwd=ROOT,
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        started = self.keeper.stdout.readline()
+        assert started, "the two-node Ray cluster did not start"
+        self.address = json.loads(started)["address"]
+
+    def ask(self, command: str) -> None:
+        """``remove`` the second node (its processes killed at once), or ``add`` it back where it is gone."""
+        self.keeper.stdin.write(command + "\n")
+        self.keeper.stdin.flush()
+        assert json.loads(self.keeper.stdout.readline()) == {"done": command}
+
+    def run_arguments(self, *overrides: str) -> list[str]:
+        """``--set`` arguments running the canonical recipe's workers on this cluster, evaluation at the end."""
+        sets = ["runner.use=ray", f"runner.address={self.address}", "eval.every_frames=0", "eval.episodes=2",
+                *overrides]
+        return [str(CANONICAL), *(part for value in sets for part in ("--set", value))]
+
+    def close(self) -> None:
+        self.keeper.stdin.close()
+        try:
+            self.keeper.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.keeper.kill()
+
+
+@pytest.fixture(scope="module")
+def two_nodes():
+    cluster = TwoNodes()
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+def finished(process: subprocess.Popen, timeout: float = 300) -> subprocess.CompletedProcess:
+    """The run's end, ``timeout`` seconds at most: a run that hangs is killed and fails the test."""
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        stdout, stderr = process.communicate()
+        pytest.fail(f"the run did not end within {timeout} s: {stderr[-2000:]}")
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def wait_for_training(run_dir, process: subprocess.Popen, timeout: float = 300) -> None:
+    """Until the run has logged its first update (Ray's start-up is slow on a loaded machine)."""
+    deadline = time.monotonic() + timeout
+    while not ((run_dir / "metrics.csv").exists() and metrics(run_dir)):
+        assert process.poll() is None, finished(process).stderr[-2000:]
+        assert time.monotonic() < deadline, f"no update logged within {timeout} s"
+        time.sleep(0.2)
+
+
+def test_workers_spread_over_the_nodes_and_one_lost_with_its_node_restarts_on_the_other(two_nodes, tmp_path):
+    """``runner.address`` at a cluster: one worker on each node (though the head alone has room for both);
+    the second node killed once training is under way, its worker comes back on the head and the run ends
+    as if nothing happened."""
+    two_nodes.ask("add")
+    out = tmp_path / "run"
+    process = start_cli("run", *two_nodes.run_arguments("run.total_frames=8192"), "--out", str(out))
+    wait_for_training(out, process)
+    assert float(metrics(out)[0]["worker_nodes"]) == 2.0
+    two_nodes.ask("remove")
+    result = finished(process)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert json.loads((out / "summary.json").read_text())["status"] == "finished"
+    rows = metrics(out)
+    assert float(rows[-1]["worker_restarts"]) == 1.0 and float(rows[-1]["worker_nodes"]) == 1.0
+    # the lost rollout was collected again, every worker with the current weights
+    assert all(float(r["policy_lag"]) == 0.0 for r in rows)
+
+
+def test_a_node_lost_with_no_restarts_left_stops_with_a_checkpoint_and_one_line(two_nodes, tmp_path):
+    two_nodes.ask("add")
+    out = tmp_path / "run"
+    process = start_cli("run", *two_nodes.run_arguments("runner.max_restarts=0", "run.total_frames=10000000"),
+                        "--out", str(out))
+    wait_for_training(out, process)
+    two_nodes.ask("remove")
+    one_line_error(finished(process), "runner.max_restarts: Ray worker", "not restarted",
+                   f"with a checkpoint; continue with: python -m rlplug resume {out}")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "stopped" and summary["frames"] > 0
+    # the checkpoint holds the run up to where it stopped (rebuilt here with the local runner)
+    rebuilt, _ = Run.from_checkpoint(out / "checkpoint.pt", tmp_path / "rebuilt", changes={"runner": {"use": "local"}})
+    assert rebuilt.frames == summary["frames"]
+    rebuilt.close(abandon=True)

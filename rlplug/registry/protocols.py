@@ -256,7 +256,9 @@ class Collector(Protocol):
     #: episode returns as they come (``episodes``, ``recent_return()``): :class:`rlplug.core.episodes.EpisodeTracker`
     tracker: Any
 
-    def collect(self) -> Any: ...
+    def collect(self) -> Any:
+        """The next batch; :class:`rlplug.errors.WorkersLost` where collection elsewhere cannot go on (the run
+        stops with a checkpoint)."""
 
     def restart(self, seed: int) -> None:
         """Every env starts a new episode from ``seed`` at the next collection."""

@@ -27,7 +27,7 @@ from torchrl.envs import EnvBase
 
 from rlplug.core.process import prepare_process, quiet_torchrl, seed_everything
 from rlplug.core.training import NonFiniteError, all_finite, storages_of
-from rlplug.errors import RlplugWarning, UserError
+from rlplug.errors import RlplugWarning, UserError, WorkersLost
 from rlplug.recipe import Recipe, read_toml, validate
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability, checked_metrics, conform
@@ -119,7 +119,8 @@ class Run:
 
         Evaluates every ``eval_every`` frames (default: the recipe's ``eval.every_frames``) and at the end;
         checkpoints every ``run.checkpoint_every_frames`` and at the end; stops early, with a checkpoint,
-        when :meth:`request_stop` is called (by a signal handler, say). ``summary.json`` is written however
+        when :meth:`request_stop` is called (by a signal handler, say) or the runner's workers are lost
+        (:class:`WorkersLost`, raised again saying how to go on). ``summary.json`` is written however
         the call ends.
         """
         recipe, settings = self.recipe, self.recipe.run
@@ -172,6 +173,11 @@ class Run:
         except TrainingDiverged:
             summary = {"status": "diverged"}
             raise
+        except WorkersLost as error:  # the learner's state is whole: kept, and the run goes on with resume
+            summary = {"status": "stopped"}
+            self.checkpoint()
+            raise WorkersLost(f"{error.message}; stopped at frame {self.frames} with a checkpoint; continue with: "
+                              f"python -m rlplug resume {self.run_dir}", path=error.path) from error
         except KeyboardInterrupt:
             summary = {"status": "interrupted"}
             raise

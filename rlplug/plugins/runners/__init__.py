@@ -39,7 +39,7 @@ def make_ray(
     #: remote collectors stepping envs (each a Ray actor, by default one CPU each)
     workers: Annotated[int, Range(ge=1)] = 2,
     #: unset: a local Ray instance started for the run (and stopped after it); "auto" or "ray://HOST:PORT" for
-    #: an existing cluster
+    #: an existing cluster, whose nodes the workers are spread over
     address: Annotated[str, Check(address_problem)] | None = None,
     #: Ray resources of each worker: num_cpus, num_gpus, memory (bytes) or custom resources by name;
     #: unset: { num_cpus = 1 }
@@ -47,14 +47,16 @@ def make_ray(
     #: "experience": workers collect, the learner updates on their batches; "gradients": each worker also
     #: computes the update's gradients on its own batch and the learner averages and applies them
     mode: Literal["experience", "gradients"] = "experience",
-    #: how often Ray restarts a worker that dies (-1: always); the rollout it was collecting is collected
-    #: again, and the worker_restarts metric counts the restarts
+    #: how often Ray restarts a worker that dies, alone or with its node (-1: always); the rollout it was
+    #: collecting is collected again, and the worker_restarts metric counts the restarts; past that, the run
+    #: stops with a checkpoint
     max_restarts: Annotated[int, Range(ge=-1)] = 3,
 ):
     """Collect on Ray workers (TorchRL's RayCollector), the learner in this process.
 
     Weights go to every worker after each update; the ``policy_lag``, ``weight_sync_ms`` and
-    ``worker_restarts`` metrics say how fresh they were. Needs ``pip install "rlplug[ray]"``.
+    ``worker_restarts`` metrics say how fresh they were, ``worker_nodes`` over how many Ray nodes the workers
+    ran. Needs ``pip install "rlplug[ray]"``.
     """
     from rlplug.plugins.runners.ray.cluster import ray_module
     from rlplug.plugins.runners.ray.runner import RayRunner

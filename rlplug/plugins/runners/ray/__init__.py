@@ -16,8 +16,8 @@ Choices that differ from TorchRL's defaults, and why:
   ``RayWeightSyncScheme``, which joins the driver and workers in one fixed-size gloo process group that a
   restarted worker cannot rejoin. Worker restarts (``max_restarts``) are the point of the fault handling.
 - Every pushed set of weights carries a version (the learner's update count); each rollout reports the
-  version it was collected with, which gives the ``policy_lag`` metric, and its worker's process id, which
-  gives ``worker_restarts``.
+  version it was collected with, which gives the ``policy_lag`` metric, and its worker's process and Ray
+  node, which give ``worker_restarts`` and ``worker_nodes``.
 - Rollouts and weights cross processes as consolidated TensorDicts (one buffer): a third of the transfer
   time of a TensorDict of separate tensors.
 

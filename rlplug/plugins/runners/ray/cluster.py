@@ -21,6 +21,13 @@ def ray_module():
     return ray
 
 
+def lost_errors() -> tuple[type[BaseException], ...]:
+    """What a call to a worker raises when the worker or its node is gone (restarting, dead, or its node lost
+    with the rollout it had stored there)."""
+    exceptions = ray_module().exceptions
+    return exceptions.RayActorError, exceptions.ObjectLostError, exceptions.NodeDiedError
+
+
 def connect_ray(runner) -> bool:
     """Connect to the runner's Ray cluster, or start a local instance; True when this call started Ray.
 

@@ -12,13 +12,18 @@ from tensordict import TensorDict, TensorDictBase
 
 from rlplug.core.episodes import EpisodeTracker
 from rlplug.core.transformed import env_rewards
-from rlplug.errors import UserError
-from rlplug.plugins.runners.ray.cluster import check_resources, connect_ray, ray_module
+from rlplug.errors import UserError, WorkersLost
+from rlplug.plugins.runners.ray.cluster import check_resources, connect_ray, lost_errors, ray_module
 from rlplug.plugins.runners.ray.gradients import GradientWorkerSpec, gradient_mode_problem, gradient_update
 from rlplug.plugins.runners.ray.worker import (WORKER_KEY, EnvMaker, standalone_copy, weights_updater_class,
                                               worker_collector_class)
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability
+
+#: How long a lost worker has to come back (Ray restarting it wherever there is room) before the run stops.
+RESTART_TIMEOUT = 300.0
+#: How long the learner waits for the workers' env statistics (a checkpoint, the end of training).
+STATISTICS_TIMEOUT = 30.0
 
 
 class RayCollection:
@@ -66,6 +71,7 @@ class RayCollection:
         self.failures = 0
         self.explained_variance = float("nan")
         self.pids: dict[int, int] = {}
+        self.nodes: dict[int, int] = {}
         self.lags: list[float] = []
         self.sync_seconds = 0.0
         self.wait_seconds = 0.0
@@ -90,6 +96,8 @@ class RayCollection:
                 from torchrl.collectors.distributed import RayCollector
 
             runner, workers = self.runner, self.runner.workers
+            self.pids.clear()  # new workers: their processes are not restarts
+            self.nodes.clear()
             shadow = standalone_copy(self.policy)
             source = TensorDict.from_module(self.policy).data
             learner = GradientWorkerSpec(self.recipe, self.runner.workers) if self.gradients else None
@@ -109,9 +117,15 @@ class RayCollection:
             # every worker answers once before training starts: an env that cannot be built there fails now
             try:
                 actors = self.ray_collector.remote_collectors
-                answers = ray.get([actor.cascade_execute.remote("statistics") for actor in actors])
+                answers = ray.get([actor.cascade_execute.remote("statistics") for actor in actors],
+                                  timeout=RESTART_TIMEOUT)
             except ray.exceptions.RayActorError as error:
                 raise RuntimeError(f"a Ray worker could not start: {last_line_of(error)}") from None
+            except ray.exceptions.GetTimeoutError:
+                raise UserError(f"the Ray workers did not start within {RESTART_TIMEOUT:g} s: no node of the "
+                                f"cluster has room for a worker's resources "
+                                f"({dict(runner.resources_per_worker)}) beside the others; use fewer workers or "
+                                f"smaller resources_per_worker", path="runner.workers") from None
             self.env_has_statistics = bool(answers[0])
             if self.statistics_state:
                 self.load_statistics(self.statistics_state)
@@ -160,7 +174,7 @@ class RayCollection:
         while True:
             try:
                 batch = next(self.iterator)
-            except ray_module().exceptions.RayActorError as error:
+            except lost_errors() as error:
                 self.worker_died(error)
                 continue
             if not self.asynchronous:
@@ -177,17 +191,18 @@ class RayCollection:
         return self.received(batch, info)
 
     def worker_died(self, error: Exception) -> None:
-        """A worker died during its rollout: Ray restarts it (up to ``max_restarts`` times) and collection
-        starts over once every worker answers; TorchRL's iterator ends with the error, so a new one takes its
-        place."""
+        """A worker died during its rollout (its process or its whole node): Ray restarts it (up to
+        ``max_restarts`` times, on any node with room) and collection starts over once every worker answers;
+        TorchRL's iterator ends with the error, so a new one takes its place."""
         self.failures += 1
         self.wait_for_workers(error)
         if self.iterator is not None:
             self.iterator = self.ray_collector.iterator()
 
-    def wait_for_workers(self, cause: Exception, timeout: float = 300.0) -> None:
-        """Until every worker answers; a worker Ray will not restart again (``max_restarts`` used up) or that
-        does not come back within ``timeout`` seconds ends the run with the error that killed it."""
+    def wait_for_workers(self, cause: Exception, timeout: float = RESTART_TIMEOUT) -> None:
+        """Until every worker answers. A worker Ray will not restart again (``max_restarts`` used up) or that
+        does not come back within ``timeout`` seconds (no node has room for it) stops the collection:
+        :class:`WorkersLost`, once the surviving workers' env statistics are kept for the checkpoint."""
         ray = ray_module()
         deadline = time.monotonic() + timeout
         for index, actor in enumerate(self.ray_collector.remote_collectors):
@@ -195,20 +210,30 @@ class RayCollection:
                 try:
                     ray.get(actor.__ray_ready__.remote(), timeout=max(1.0, deadline - time.monotonic()))
                     break
-                except ray.exceptions.ActorUnavailableError:  # restarting
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"Ray worker {index} did not come back within {timeout:g} s of dying "
-                                           f"({one_line_of(cause)})") from cause
-                    time.sleep(0.2)
-                except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as error:
-                    raise RuntimeError(f"Ray worker {index} died and was not restarted (runner.max_restarts = "
-                                       f"{self.runner.max_restarts}): {one_line_of(cause)}") from error
+                except ray.exceptions.ActorUnavailableError:  # restarting: asked again until the deadline
+                    if time.monotonic() < deadline:
+                        time.sleep(0.2)
+                        continue
+                except ray.exceptions.GetTimeoutError:
+                    pass
+                except ray.exceptions.RayActorError as error:
+                    self.lost(f"Ray worker {index} died and was not restarted ({self.runner.max_restarts} "
+                              f"restarts allowed): {one_line_of(error)}", "runner.max_restarts", error)
+                self.lost(f"Ray worker {index} did not come back within {timeout:g} s of dying (no node with room "
+                          f"for it?): {one_line_of(cause)}", "runner.workers", cause)
+
+    def lost(self, message: str, path: str, cause: Exception):
+        """Collection cannot go on: the workers are stopped (the survivors' statistics kept) and the run is told."""
+        self.shutdown()
+        raise WorkersLost(message, path=path) from cause
 
     def note_workers(self, info: TensorDictBase) -> bool:
         """Count the workers whose process changed since their last rollout (restarted); True if any did."""
         first = (slice(None), 0)
         restarted = False
-        for worker, pid in zip(info.get("worker")[first].tolist(), info.get("pid")[first].tolist()):
+        for worker, pid, node in zip(info.get("worker")[first].tolist(), info.get("pid")[first].tolist(),
+                                     info.get("node")[first].tolist()):
+            self.nodes[worker] = node
             if self.pids.get(worker, pid) != pid:
                 self.restarts += 1
                 restarted = True
@@ -239,7 +264,7 @@ class RayCollection:
             return
         try:
             self.ray_collector.map_fn("restart", [(self.worker_seed(i, seed),) for i in range(self.runner.workers)])
-        except ray_module().exceptions.RayActorError as error:  # a restarted worker starts new episodes anyway
+        except lost_errors() as error:  # a restarted worker starts new episodes anyway
             self.worker_died(error)
 
     def sync_weights(self) -> None:
@@ -258,8 +283,11 @@ class RayCollection:
 
     def metrics(self) -> dict[str, float]:
         """Since the last call: mean policy lag (learner updates between the weights a rollout was collected
-        with and the learner's), time spent publishing weights and waiting for rollouts, restarts so far."""
+        with and the learner's), time spent publishing weights and waiting for rollouts; restarts so far, and
+        the number of Ray nodes the workers ran on in their latest rollouts."""
         result = {"worker_restarts": float(self.restarts)}
+        if self.nodes:
+            result["worker_nodes"] = float(len(set(self.nodes.values())))
         if self.collections:
             result.update(policy_lag=float(np.mean(self.lags)), weight_sync_ms=1000 * self.sync_seconds /
                           self.collections, wait_ms=1000 * self.wait_seconds / self.collections,
@@ -278,9 +306,18 @@ class RayCollection:
         return self._statistics(self.ray_collector)
 
     def _statistics(self, collector) -> dict:
-        import ray
-
-        return ray.get(collector.remote_collectors[0].cascade_execute.remote("statistics"))
+        """The first worker's statistics that answers (a worker may be lost with its node), kept for the
+        workers started next; the last ones known where none answers in time."""
+        ray = ray_module()
+        deadline = time.monotonic() + STATISTICS_TIMEOUT
+        for actor in collector.remote_collectors:
+            try:
+                self.statistics_state = ray.get(actor.cascade_execute.remote("statistics"),
+                                                timeout=max(1.0, deadline - time.monotonic()))
+                return self.statistics_state
+            except (*lost_errors(), ray.exceptions.GetTimeoutError):
+                continue
+        return self.statistics_state or {}
 
     def load_statistics(self, state: dict) -> None:
         self.statistics_state = state or None
@@ -298,7 +335,7 @@ class RayCollection:
         weights = ray_module().put(algorithm.get_weights())
         try:
             parts = self.ray_collector.map_fn("prepare", [(weights, self.version, progress)] * self.runner.workers)
-        except ray_module().exceptions.RayActorError as error:
+        except lost_errors() as error:
             self.worker_died(error)
             return self._collect_for_gradients()
         self.wait_seconds += time.perf_counter() - started
@@ -320,5 +357,8 @@ def last_line_of(error: BaseException) -> str:
 
 
 def one_line_of(error: BaseException) -> str:
-    text = str(error).strip()
-    return (text.splitlines()[0][:300] if text else type(error).__name__)
+    """What a Ray error says in one line: the line giving the cause where it has one ("The actor died because
+    its node has died. Node Id: ..."), its first line otherwise, without the full stop."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    line = next((line for line in lines if " because " in line), lines[0] if lines else type(error).__name__)
+    return line[:300].rstrip(".")

@@ -16,7 +16,7 @@ from tensordict import TensorDict, TensorDictBase
 from rlplug.core.training import NonFiniteError
 from rlplug.core.transformed import env_rewards
 from rlplug.plugins.algorithms.onpolicy.base import OnPolicy
-from rlplug.plugins.runners.ray.cluster import ray_module
+from rlplug.plugins.runners.ray.cluster import lost_errors, ray_module
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability
 
@@ -100,7 +100,7 @@ def gradient_update(collection, algorithm: OnPolicy, batch: TensorDictBase) -> d
         weights = ray.put(algorithm.get_weights())
         try:
             results = collection.ray_collector.map_fn("gradients", [(taken, weights)] * workers)
-        except ray.exceptions.RayActorError as error:
+        except lost_errors() as error:
             collection.worker_died(error)
             cut = True
             return {}, None

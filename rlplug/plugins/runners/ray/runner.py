@@ -19,7 +19,7 @@ class RayRunner:
     max_restarts: int = 3
 
     def remote_options(self) -> dict[str, Any]:
-        """``ray.remote`` options for one worker actor: its resources and restart policy."""
+        """``ray.remote`` options for one worker actor: its resources, restart policy and placement."""
         known = {"num_cpus", "num_gpus", "memory"}
         options: dict[str, Any] = {k: v for k, v in self.resources_per_worker.items() if k in known}
         options.setdefault("num_cpus", 1.0)
@@ -29,7 +29,9 @@ class RayRunner:
         if custom:
             options["resources"] = custom
         # Ray restarts a worker that dies; the rollout it was collecting is lost, and RayCollection asks again.
-        options.update(max_restarts=self.max_restarts, max_task_retries=0)
+        # SPREAD: workers over as many nodes as have room, so that a lost node takes as few of them as it can
+        # and envs do not crowd one machine while another idles (a restarted worker goes wherever there is room).
+        options.update(max_restarts=self.max_restarts, max_task_retries=0, scheduling_strategy="SPREAD")
         return options
 
     def collector(self, env, policy, frames_per_batch: int, seed: int, *, recipe=None, algorithm=None,

@@ -94,6 +94,15 @@ def weights_updater_class():
     return _UPDATER_CLASS
 
 
+def node_number(ray) -> int:
+    """The Ray node this process runs on, as a number a rollout can carry (its id's first 60 bits); 0 outside
+    Ray."""
+    try:
+        return int(ray.get_runtime_context().get_node_id()[:15], 16)
+    except (RuntimeError, AssertionError, ValueError):
+        return 0
+
+
 def worker_collector_class():
     """:class:`WorkerCollector`'s class, defined on first use: its base is TorchRL's ``BaseCollector``."""
     return _worker_collector()
@@ -127,6 +136,7 @@ def _worker_collector():
 
             self.worker_idx = worker_idx
             self.pid = os.getpid()
+            self.node = node_number(ray)
             with warnings.catch_warnings():  # Ray's property reads a deprecated attribute of its own
                 warnings.simplefilter("ignore")
                 try:
@@ -196,6 +206,7 @@ def _worker_collector():
                 "version": torch.full(shape, self.version, dtype=torch.int64),
                 "pid": torch.full(shape, self.pid, dtype=torch.int64),
                 "worker": torch.full(shape, self.worker_idx or 0, dtype=torch.int64),
+                "node": torch.full(shape, self.node, dtype=torch.int64),
                 "seconds": torch.full(shape, seconds, dtype=torch.float64),
             }, batch_size=shape))
 
