@@ -6,8 +6,10 @@ so the message itself must say where the problem is and what to do about it.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import re
+import warnings
 from collections.abc import Iterable
 
 #: Characters a message shows escaped: C0 and C1 controls (a newline in a key, say), line and paragraph
@@ -102,3 +104,16 @@ def plural(noun: str) -> str:
 def a(noun: str) -> str:
     """The noun with its indefinite article: 'an algorithm', 'a network'."""
     return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
+
+
+@contextlib.contextmanager
+def reported(warn: bool, what: str):
+    """What fails in a clean-up as a warning (``warn``: training ends because of another error, which must
+    say why it ended), or else as the error."""
+    try:
+        yield
+    except Exception as error:
+        if not warn:
+            raise
+        where = f"{error.filename}: " if isinstance(error, OSError) and error.filename else ""
+        warnings.warn(RlplugWarning(f"{what}: {where}{type(error).__name__}: {error}"))

@@ -14,7 +14,6 @@ import json
 import math
 import sys
 import time
-import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,7 +26,7 @@ from torchrl.envs import EnvBase
 
 from rlplug.core.process import prepare_process, quiet_torchrl, seed_everything
 from rlplug.core.training import NonFiniteError, all_finite, storages_of
-from rlplug.errors import RlplugWarning, UserError, WorkersLost
+from rlplug.errors import UserError, WorkersLost, reported
 from rlplug.recipe import Recipe, read_toml, validate
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability, checked_metrics, conform
@@ -155,7 +154,8 @@ class Run:
                 metrics = {"fps": (self.frames - frames_before) / (time.perf_counter() - started),
                            "episodes": tracker.episodes, **({"episode_return": recent} if recent is not None else {}),
                            **(runner_metrics() if runner_metrics else {}), **metrics}
-                _log(loggers, metrics, self.frames)
+                for logger in loggers:
+                    logger.log(metrics, self.frames)
                 if next_eval is not None and next_eval <= self.frames < stop_frames:
                     next_eval = next_multiple(self.frames, eval_every)
                     self.evaluate(loggers)
@@ -377,8 +377,9 @@ class Run:
         as_evaluation_env(self.eval_env, statistics)
         self.eval_returns = evaluate(self.eval_env, self.algorithm.policy, self.recipe.eval.episodes,
                                      seed=self.recipe.run.seed + 10_000)
-        _log(loggers, {"eval_return_mean": float(np.mean(self.eval_returns)),
-                       "eval_return_std": float(np.std(self.eval_returns))}, self.frames)
+        for logger in loggers:
+            logger.log({"eval_return_mean": float(np.mean(self.eval_returns)),
+                        "eval_return_std": float(np.std(self.eval_returns))}, self.frames)
         if self.video_env is not None:
             self.film_evaluation(loggers, statistics)
         return self.eval_returns
@@ -434,21 +435,3 @@ def next_multiple(frames: int, every: int) -> int | None:
 def episode_seed(seed: int, frames: int) -> int:
     """The seed every env restarts from at a checkpoint taken at ``frames``: a resumed run uses the same."""
     return (seed * 1_000_003 + frames) % 2**31
-
-
-@contextlib.contextmanager
-def reported(warn: bool, what: str):
-    """What fails in a clean-up as a warning (``warn``: training ends because of another error, which must
-    say why it ended), or else as the error."""
-    try:
-        yield
-    except Exception as error:
-        if not warn:
-            raise
-        where = f"{error.filename}: " if isinstance(error, OSError) and error.filename else ""
-        warnings.warn(RlplugWarning(f"{what}: {where}{type(error).__name__}: {error}"))
-
-
-def _log(loggers: list, metrics: dict[str, float], frames: int) -> None:
-    for logger in loggers:
-        logger.log(metrics, frames)
