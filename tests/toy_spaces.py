@@ -12,7 +12,7 @@ the ids, so a recipe names them as any gymnasium id.
   perfect 20, random 6.7 for [3, 3].
 - ``ActionEcho-v0``: rewards exactly what the action says, to check what reaches gymnasium: ``space`` one of
   "discrete-start" (Discrete(3, start=5): the value), "multibinary" (MultiBinary(3): bits weighted 1, 2, 4),
-  "box23" (Box of shape (2, 3): the weighted sum with weights 1..6).
+  "box23" (Box of shape (2, 3): the weighted sum with weights 1..6); "tuple", which rlplug refuses.
 """
 
 from __future__ import annotations
@@ -102,6 +102,7 @@ ECHOES = {
     "discrete-start": (spaces.Discrete(3, start=5), lambda a: float(a)),
     "multibinary": (spaces.MultiBinary(3), lambda a: float(np.dot(a, [1, 2, 4]))),
     "box23": (spaces.Box(-1.0, 1.0, (2, 3), np.float32), lambda a: float(np.sum(a * np.arange(1, 7).reshape(2, 3)))),
+    "tuple": (spaces.Tuple((spaces.Discrete(2), spaces.Discrete(2))), lambda a: 0.0),  # refused
 }
 
 

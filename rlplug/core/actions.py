@@ -54,7 +54,8 @@ class ActionLayout:
         if self.kind == "categorical":
             return f"one categorical of {self.parts[0]} choices"
         if self.kind == "parts":
-            return f"{len(self.parts)} categorical parts of {', '.join(map(str, self.parts))} choices"
+            count = f"{len(self.parts)} categorical part{'s' if len(self.parts) > 1 else ''}"
+            return f"{count} of {', '.join(map(str, self.parts))} choices"
         return f"floats of shape {list(self.shape)}"
 
     def distribution_kwargs(self) -> dict:

@@ -185,6 +185,7 @@ def recurrent_factory(cell: Literal["lstm", "gru"]):
     ):
         from rlplug.core.recurrent import make_recurrent
 
+        _refuse_entries(cell, observation_spec)
         return make_recurrent(cell, observation_spec=observation_spec, action_spec=action_spec, role=role,
                               hidden_size=hidden_size, num_layers=num_layers, head_layers=hidden_layers(hidden, activation),
                               init=init, device=device)
