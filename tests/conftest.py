@@ -46,6 +46,18 @@ def wait_for(path: Path, process: subprocess.Popen, timeout: float = 120) -> Non
         time.sleep(0.02)
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``cuda`` are skipped where there is no CUDA device (they run wherever there is one)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (torch.cuda.is_available() is false)")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture
 def cli():
     return run_cli

@@ -142,10 +142,10 @@ def make_cnn(
     squash: Squash = "tanh",
     device: str = "cpu",
 ):
-    """Convolutions over image observations, then hidden layers and the head its role needs (policy, value,
-    q_value, q_values; shared_body shares the convolutions too).
+    """Convolutions over image observations, then hidden layers and the head its role needs.
 
-    Images are read as the env gives them: H x W x C uint8 (gymnasium), channels-first floats (TorchRL's
+    Every role (policy, value, q_values, q_value and deterministic_policy with Box actions); shared_body
+    shares the convolutions too. Images are read as the env gives them: H x W x C uint8 (gymnasium), channels-first floats (TorchRL's
     ToTensorImage), grey H x W, stacked frames; scaled to [0, 1] and put channels first inside the network.
     With a Dict observation each image entry (2 or more dims) has its own convolutions and the other entries
     join their features before the hidden layers: one network for image-plus-vector observations.
