@@ -206,9 +206,22 @@ def test_networks_of_one_tensor_refuse_a_dict_observation_saying_what_to_do(dict
 
 # -- learning through the CLI ------------------------------------------------------------------------------
 
-def learn(tmp_path, install, text: str) -> dict:
+def learn(tmp_path, install, env_id: str, algorithm: str, *, frames: int = 4096, num_envs: int = 8) -> dict:
+    """``python -m rlplug run`` on a toy env (the plugin that registers them installed); the run's summary."""
     where = install({"toyspaces": toy_spaces.SOURCE}, dist="toyspaces")
-    recipe = write_recipe(tmp_path, text)
+    recipe = write_recipe(tmp_path, f"""
+        [run]
+        total_frames = {frames}
+        [env]
+        use = "gym"
+        id = "{env_id}"
+        num_envs = {num_envs}
+        {algorithm}
+        [eval]
+        episodes = 20
+        [[loggers]]
+        use = "csv"
+    """)
     result = rlplug_cli("run", str(recipe), "--out", str(tmp_path / "run"), path=where, timeout=300)
     assert result.returncode == 0, result.stderr
     return json.loads((tmp_path / "run" / "summary.json").read_text())
@@ -216,39 +229,21 @@ def learn(tmp_path, install, text: str) -> dict:
 
 @pytest.mark.slow
 def test_cli_ppo_learns_where_the_bright_pixel_is(tmp_path, install):
-    summary = learn(tmp_path, install, """
-        [run]
-        total_frames = 4096
-        [env]
-        use = "gym"
-        id = "RlplugToy/BrightPixel-v0"
-        num_envs = 8
+    summary = learn(tmp_path, install, PIXEL, """
         [algorithm]
         use = "ppo"
         frames_per_batch = 256
         epochs = 4
         minibatch_size = 64
-        [algorithm.policy]
-        use = "cnn"
-        [algorithm.critic]
-        use = "cnn"
-        [eval]
-        episodes = 20
-        [[loggers]]
-        use = "csv"
+        policy = {use = "cnn"}
+        critic = {use = "cnn"}
     """)
     assert summary["eval_return_mean"] >= 7.5, summary  # perfect 8, random 4
 
 
 @pytest.mark.slow
 def test_cli_dqn_learns_from_an_image_and_a_vector_together(tmp_path, install):
-    summary = learn(tmp_path, install, """
-        [run]
-        total_frames = 4096
-        [env]
-        use = "gym"
-        id = "RlplugToy/ImageAndVector-v0"
-        num_envs = 4
+    summary = learn(tmp_path, install, DICT, """
         [algorithm]
         use = "dqn"
         learning_starts = 256
@@ -257,11 +252,6 @@ def test_cli_dqn_learns_from_an_image_and_a_vector_together(tmp_path, install):
         exploration_fraction = 0.3
         gamma = 0.5
         lr = 1e-3
-        [algorithm.q_network]
-        use = "cnn"
-        [eval]
-        episodes = 20
-        [[loggers]]
-        use = "csv"
-    """)
+        q_network = {use = "cnn"}
+    """, num_envs=4)
     assert summary["eval_return_mean"] >= 7.0, summary  # perfect 8; the image alone or the vector alone: 4

@@ -4,8 +4,6 @@ gymnasium on both stepping roads; DQN's refusal of parts; a two-part bandit lear
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
@@ -18,7 +16,8 @@ import toy_spaces
 from conftest import CANONICAL, rlplug_cli
 from rlplug.core.acting import ActorView
 from rlplug.core.actions import IndependentCategoricals, action_layout
-from test_cli import assert_user_error, write_recipe
+from test_cli import assert_user_error
+from test_images import learn
 
 ECHO = "RlplugToy/ActionEcho-v0"
 
@@ -206,32 +205,14 @@ def test_cli_dqn_on_multidiscrete_is_one_line(tmp_path):
 @pytest.mark.slow
 def test_cli_ppo_learns_a_two_part_bandit(tmp_path, install):
     """Both parts must be learned: one part alone earns 10 + 3.3 (the plateau before the parts' sum)."""
-    where = install({"toyspaces": toy_spaces.SOURCE}, dist="toyspaces")
-    recipe = write_recipe(tmp_path, """
-        [run]
-        total_frames = 12_288
-        [env]
-        use = "gym"
-        id = "RlplugToy/TwoPartBandit-v0"
-        num_envs = 8
+    summary = learn(tmp_path, install, "RlplugToy/TwoPartBandit-v0", """
         [algorithm]
         use = "ppo"
         frames_per_batch = 256
         epochs = 10
         minibatch_size = 128
         lr = 3e-3
-        [algorithm.policy]
-        use = "mlp"
-        hidden = [32]
-        [algorithm.critic]
-        use = "mlp"
-        hidden = [32]
-        [eval]
-        episodes = 10
-        [[loggers]]
-        use = "csv"
-    """)
-    result = rlplug_cli("run", str(recipe), "--out", str(tmp_path / "run"), path=where, timeout=300)
-    assert result.returncode == 0, result.stderr
-    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+        policy = {use = "mlp", hidden = [32]}
+        critic = {use = "mlp", hidden = [32]}
+    """, frames=12_288)
     assert summary["eval_return_mean"] >= 19.0, summary  # perfect 20, random 6.7
