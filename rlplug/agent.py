@@ -17,11 +17,13 @@ from typing import Any
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
+from torchrl.data import Composite, OneHot
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from rlplug import recipe as recipes
 from rlplug.core.acting import ActorView
 from rlplug.core.envs import as_evaluation_env
+from rlplug.core.heads import observation_key
 from rlplug.errors import UserError
 from rlplug.run.directory import default_run_dir
 from rlplug.run.evaluation import EVAL_SEED_OFFSET, build_eval_env, evaluate
@@ -88,27 +90,28 @@ class Agent:
             return self.run.algorithm.policy(observation)
 
     @torch.no_grad()
-    def select_action(self, observation: np.ndarray, deterministic: bool = True) -> np.ndarray:
-        """An action for a numpy observation, or a batch of them, in gymnasium's format (an index for
-        discrete actions). Observations are taken as a gymnasium env gives them; the recipe's observation
-        normalisation (with the statistics learned so far) is applied here, as in training."""
-        normalize = capability(self.run.env, protocols.Env.normalize_observation)
+    def select_action(self, observation: np.ndarray | Mapping[str, np.ndarray],
+                      deterministic: bool = True) -> np.ndarray:
+        """An action for a numpy observation, or a batch of them, in gymnasium's format (an index for discrete
+        actions, from the space's start; an index per part for MultiDiscrete). Observations are taken as a
+        gymnasium env gives them (a Dict observation as a dict of arrays of its Box entries); the recipe's
+        observation normalisation (with the statistics learned so far) is applied here, as in training."""
+        env = self.run.env
+        normalize = capability(env, protocols.Env.normalize_observation)
         if normalize:
             observation = normalize(observation)
-        tensor = torch.as_tensor(np.asarray(observation), dtype=torch.float32)
-        single = tensor.ndim == 1
-        batch = tensor.unsqueeze(0) if single else tensor
+        batch, single = observation_batch(env.observation_spec, observation)
         try:
             view = ActorView.of(self.run.algorithm.policy)
             action, _ = view.act(batch, deterministic=deterministic)
-            one_hot = view.one_hot
         except TypeError:  # a deterministic actor or a Q-network policy: through its TensorDict interface
             key = self.run.algorithm.policy.in_keys[0]
             action = self.act(TensorDict({key: batch}, batch_size=batch.shape[:1]), deterministic).get("action")
-            one_hot = type(self.run.env.action_spec).__name__ == "OneHot"
-        if one_hot:
-            action = action.argmax(-1)  # gymnasium takes the index
-        action = action.cpu().numpy()
+        read = capability(env, protocols.Env.read_action)
+        if read is not None:
+            action = np.asarray(read(action))
+        else:
+            action = (action.argmax(-1) if type(env.action_spec) is OneHot else action).cpu().numpy()
         return action[0] if single else action
 
     def save(self, path: str | Path) -> Path:
@@ -126,6 +129,26 @@ class Agent:
         """Close the envs (their worker processes, with ``env.vectorization = "async"``) and give up the run
         directory; the agent is not used afterwards."""
         self.run.close()
+
+
+def observation_batch(observation_spec, observation) -> tuple[torch.Tensor | TensorDict, bool]:
+    """A numpy observation (a dict of arrays for a Dict observation) as a batch of the spec's dtypes, and
+    whether it was one observation (then a batch of one)."""
+    spec = observation_spec[observation_key(observation_spec)]
+    env_dims = observation_spec.ndim
+    if isinstance(spec, Composite):
+        missing = sorted(set(spec.keys()) - set(observation))
+        if missing:
+            raise UserError(f"the observation has no entry {', '.join(map(repr, missing))}; this policy reads "
+                            f"{', '.join(map(repr, spec.keys()))}")
+        values = {name: torch.as_tensor(np.asarray(observation[name]), dtype=spec[name].dtype) for name in spec.keys()}
+        name = next(iter(values))
+        single = values[name].ndim == len(spec[name].shape) - env_dims
+        batch = TensorDict(values, batch_size=[]) if single else TensorDict(values, batch_size=values[name].shape[:1])
+        return (batch.unsqueeze(0) if single else batch), single
+    tensor = torch.as_tensor(np.asarray(observation), dtype=spec.dtype)
+    single = tensor.ndim == len(spec.shape) - env_dims
+    return (tensor.unsqueeze(0) if single else tensor), single
 
 
 def flatten(overrides: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

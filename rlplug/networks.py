@@ -11,15 +11,19 @@ module the role needs. Two ways to build one:
   initialised), the head, and for ``q_value`` the action's features at the input; :func:`build_layers`
   makes hidden layers from recipe tables (``{type = "Linear", out = 64}``), sizes inferred.
 
-The observation entry a network reads is :func:`observation_key`. These names stay as they are across
-rlplug releases; the modules behind them (``rlplug.core``) may move.
+The observation entry a network reads is :func:`observation_key`: one tensor, or, for a Dict observation, a
+TensorDict of named entries (:func:`observation_entries`). :func:`image_encoder` builds the ``cnn`` network's
+encoder (images as envs give them, and a Dict's other entries) for a network of your own: hand it to
+:func:`with_head` or :func:`wrap` as ``encoder``. These names stay as they are across rlplug releases; the
+modules behind them (``rlplug.core``) may move.
 """
 
 from rlplug.core.heads import (HEAD_GAIN, ROLES, action_bounds, action_size, input_size, is_discrete,
-                               observation_key, observation_shape, output_size, share_body, trunk_input_size,
-                               with_head, wrap)
+                               observation_entries, observation_key, observation_shape, output_size, share_body,
+                               trunk_input_size, with_head, wrap)
+from rlplug.core.images import image_encoder
 from rlplug.core.layers import HIDDEN_GAIN, LAYERS, build_layers, features, linear
 
 __all__ = ["ROLES", "HEAD_GAIN", "HIDDEN_GAIN", "LAYERS", "observation_key", "observation_shape", "input_size",
-           "trunk_input_size", "action_size", "output_size", "is_discrete", "action_bounds", "wrap", "with_head",
-           "build_layers", "features", "linear", "share_body"]
+           "observation_entries", "image_encoder", "trunk_input_size", "action_size", "output_size", "is_discrete",
+           "action_bounds", "wrap", "with_head", "build_layers", "features", "linear", "share_body"]

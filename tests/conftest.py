@@ -55,6 +55,18 @@ def cli_environment(env: dict | None) -> dict:
     return {**inherited, "PYTHONUNBUFFERED": "1", "COLUMNS": "200", **(env or {})}
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``cuda`` are skipped where there is no CUDA device (they run wherever there is one)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (torch.cuda.is_available() is false)")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture
 def cli():
     return run_cli

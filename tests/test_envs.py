@@ -319,11 +319,11 @@ def test_non_box_observations_are_one_hot_or_flattened():
     ({"normalize_observations": "runing"}, ["normalize_observations", "did you mean 'running'"]),
     ({"clip_observations": 0}, ["clip_observations", "must be > 0"]),
     ({"reward_gamma": 1.5}, ["reward_gamma", "must be <= 1"]),
-    ({"wrappers": [{"name": "TimeAwareObservation", "kwargs": {"flatten": False}}]},
-     ["Dict (keys obs, time) observation space", "flatten_observations = true"]),
+    ({"wrappers": [{"name": "TimeAwareObservation", "kwargs": {"flatten": False}}], "normalize_observations": "fixed"},
+     ["env.normalize_observations", "CartPole-v1's is a Dict (keys obs, time)", "flatten_observations = true"]),
+    ({"wrappers": [{"name": "TimeAwareObservation", "kwargs": {"flatten": False}}], "observation_indices": [0]},
+     ["env.observation_indices", "Dict (keys obs, time)", "flatten_observations = true"]),
     ({"id": "Blackjack-v1"}, ["Blackjack-v1 has a Tuple", "flatten_observations = true"]),
-    ({"id": "Pendulum-v1", "wrappers": [{"name": "DiscretizeAction", "kwargs": {"bins": 3, "multidiscrete": True}}]},
-     ["Pendulum-v1 has a MultiDiscrete action space", "supported: Discrete (starting at 0) and one-dimensional Box"]),
 ])
 def test_mistakes_are_one_line_user_errors(params, fragments):
     with pytest.raises(rlplug.UserError) as caught:
@@ -344,8 +344,9 @@ def assert_cli_user_error(result, *fragments: str) -> None:
 
 @pytest.mark.parametrize("overrides, fragments", [
     (['env.wrappers=[{name = "ClipAktion"}]'], ["env.wrappers[0].name", "did you mean 'ClipAction'"]),
-    (["env.id=Pendulum-v1", 'env.wrappers=[{name = "DiscretizeAction", kwargs = {bins = 3, multidiscrete = true}}]'],
-     ["cartpole-ppo.toml", "env:", "MultiDiscrete action space"]),
+    # a Dict observation keeps its entries, which mlp does not read
+    (['env.wrappers=[{name = "TimeAwareObservation", kwargs = {flatten = false}}]'],
+     ["cartpole-ppo.toml", "algorithm.policy:", "Dict of entries (obs [4], time [1])", "flatten_observations = true"]),
 ])
 @pytest.mark.slow
 def test_cli_reports_env_mistakes_in_one_line(tmp_path, overrides, fragments):

@@ -24,6 +24,12 @@ Roles (what the algorithm asks for; the trunk's input and output sizes follow fr
   ``state_action_value`` (the critics of DDPG, TD3, SAC). :func:`with_head` widens the first linear layer of
   the body by the action's features, so networks sized from the observation alone work unchanged;
 - ``q_values``: a ``TensorDictModule`` writing ``action_value``, one value per discrete action (DQN).
+
+Actions (:mod:`rlplug.core.actions`): one categorical (Discrete), independent categorical parts whose
+log-probabilities add up (MultiDiscrete, MultiBinary), or a Gaussian over a Box of any shape. Observations:
+the ``observation`` entry is one tensor (a vector, or an image) or, for a Dict observation, a TensorDict of
+named entries; an ``encoder`` (a module from one observation to features, :mod:`rlplug.core.images`) reads
+what is not a vector.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ from torch.distributions import Categorical
 from torchrl.data import Composite, OneHot, TensorSpec
 from torchrl.modules import Actor, IndependentNormal, OneHotCategorical, ProbabilisticActor, TanhNormal, ValueOperator
 
+from rlplug.core.actions import ActionLayout, EventShape, IndependentCategoricals, action_layout
 from rlplug.core.layers import ELEMENTWISE, HIDDEN_GAIN, Init, linear
 from rlplug.errors import UserError
 
@@ -51,18 +58,29 @@ HEAD_GAIN = {"policy": 0.01, "value": 1.0, "deterministic_policy": 0.01, "q_valu
 
 
 def observation_key(observation_spec: Composite) -> str:
-    """The observation entry networks read: ``observation``, or the only entry there is."""
-    keys = list(observation_spec.keys(True, True))
-    if "observation" in keys:
+    """The observation entry networks read: ``observation`` (a tensor, or a TensorDict of named entries), or
+    the only entry there is."""
+    if "observation" in observation_spec.keys():
         return "observation"
+    keys = list(observation_spec.keys(True, True))
     if len(keys) == 1:
         return keys[0]
     raise ValueError(f"the env has several observations {keys}; rlplug's networks read one named 'observation' "
                      f"(rlplug.envs.one_observation concatenates them into it, as every env rlplug builds for a run)")
 
 
+def observation_entries(observation_spec: Composite) -> dict[str, TensorSpec] | None:
+    """The named entries of a Dict observation (``observation`` holding a TensorDict), each spec with the env
+    batch dims; None where the observation is one tensor."""
+    spec = observation_spec[observation_key(observation_spec)]
+    if not isinstance(spec, Composite):
+        return None
+    return {key: spec[key] for key in spec.keys()}
+
+
 def observation_shape(observation_spec: Composite) -> tuple[int, ...]:
-    """One observation's shape, without the env batch dims."""
+    """One observation's shape, without the env batch dims (``()`` for a Dict observation: see
+    :func:`observation_entries`)."""
     spec = observation_spec[observation_key(observation_spec)]
     return tuple(int(n) for n in spec.shape[observation_spec.ndim:])
 
@@ -75,31 +93,41 @@ def is_discrete(action_spec: TensorSpec) -> bool:
     return action_spec.domain == "discrete"
 
 
-def action_size(action_spec: TensorSpec) -> int:
-    """Logits for discrete actions (one per choice), otherwise one value per action dimension."""
-    if is_discrete(action_spec):
-        return int(action_spec.space.n)
-    return int(action_spec.shape[-1])
+def layout_of(action_spec: TensorSpec, observation_spec: Composite | None) -> ActionLayout:
+    """The action's layout; without ``observation_spec`` (which tells the env batch dims), every dim of the
+    spec but the last counts as the env's."""
+    if observation_spec is None:  # one-hot and continuous actions fill the last dim, an index none
+        event_dims = 1 if isinstance(action_spec, OneHot) or not is_discrete(action_spec) else 0
+        return action_layout(action_spec, max(len(action_spec.shape) - event_dims, 0))
+    return action_layout(action_spec, observation_spec.ndim)
 
 
-def output_size(role: str, action_spec: TensorSpec, log_std: LogStd = "state") -> int:
+def action_size(action_spec: TensorSpec, observation_spec: Composite | None = None) -> int:
+    """Logits for discrete actions (one per choice of each part), otherwise one value per action float. Give
+    ``observation_spec`` for actions of several parts or dims (MultiDiscrete, a Box of shape [2, 3])."""
+    return layout_of(action_spec, observation_spec).size
+
+
+def output_size(role: str, action_spec: TensorSpec, log_std: LogStd = "state",
+                observation_spec: Composite | None = None) -> int:
     """The trunk's output features: logits, a mean (and a scale unless ``log_std="parameter"``), a value,
     an action, or one value per discrete action."""
-    if role == "policy":
-        size = action_size(action_spec)
-        return size if is_discrete(action_spec) or log_std == "parameter" else 2 * size
     if role in ("value", "q_value"):
         return 1
+    layout = layout_of(action_spec, observation_spec)
+    if role == "policy":
+        return layout.size if layout.kind != "continuous" or log_std == "parameter" else 2 * layout.size
     if role == "deterministic_policy":
-        if is_discrete(action_spec):
+        if layout.kind != "continuous":
             raise ValueError("a deterministic policy needs continuous (Box) actions; for discrete actions use "
                              "an algorithm with a categorical policy or Q-values (dqn)")
-        return action_size(action_spec)
+        return layout.size
     if role == "q_values":
-        if not is_discrete(action_spec):
-            raise ValueError("one Q-value per action needs discrete actions; for continuous actions use a "
-                             "critic of the observation and the action (role 'q_value': ddpg, td3, sac)")
-        return action_size(action_spec)
+        if layout.kind != "categorical":
+            raise ValueError(f"one Q-value per action needs one discrete action, and this env's are "
+                             f"{layout.describe()}; for continuous actions use a critic of the observation and "
+                             f"the action (role 'q_value': ddpg, td3, sac), for several parts a categorical policy")
+        return layout.size
     raise ValueError(f"unknown network role '{role}' (roles: {', '.join(ROLES)})")
 
 
@@ -107,21 +135,27 @@ def trunk_input_size(role: str, observation_spec: Composite, action_spec: Tensor
     """The features a trunk for ``role`` reads: one observation's, plus the action's for ``q_value``."""
     size = input_size(observation_spec)
     if role == "q_value":
-        size += action_size(action_spec)
+        size += action_size(action_spec, observation_spec)
     return size
 
 
 class ConcatInputs(nn.Module):
-    """``(observation, action) -> trunk(cat([observation, action], -1))``: a critic of both.
+    """``(observation, action) -> trunk(cat([encoder(observation), action], -1))``: a critic of both.
 
-    Discrete (one-hot or index) actions are turned into float features first.
+    Discrete (one-hot or index) actions are turned into float features first, actions of several dims
+    (``action_dims``) flattened; ``encoder`` (None: the observation itself) turns what is not a vector into
+    features.
     """
 
-    def __init__(self, trunk: nn.Module):
+    def __init__(self, trunk: nn.Module, encoder: nn.Module | None = None, action_dims: int = 1):
         super().__init__()
-        self.trunk = trunk
+        self.trunk, self.encoder, self.action_dims = trunk, encoder, action_dims
 
     def forward(self, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        if self.encoder is not None:
+            observation = self.encoder(observation)
+        if self.action_dims != 1:
+            action = action.flatten(action.ndim - self.action_dims) if self.action_dims else action.unsqueeze(-1)
         return self.trunk(torch.cat([observation, action.to(observation.dtype)], -1))
 
 
@@ -185,41 +219,58 @@ def _trunk(network: nn.Module) -> nn.Sequential:
 
 
 def wrap(trunk: nn.Module, *, role: str, observation_spec: Composite, action_spec: TensorSpec,
-         log_std: LogStd = "state", log_std_init: float = 0.0, squash: Squash = "tanh") -> TensorDictModule:
+         log_std: LogStd = "state", log_std_init: float = 0.0, squash: Squash = "tanh",
+         encoder: nn.Module | None = None) -> TensorDictModule:
     """The TensorDict module for ``role`` around ``trunk`` (which outputs ``output_size(role, action_spec,
-    log_std)`` features). ``log_std``, ``log_std_init`` and ``squash`` shape continuous policies only."""
+    log_std, observation_spec)`` features). ``log_std``, ``log_std_init`` and ``squash`` shape continuous
+    policies only. ``encoder``: a module from one observation to the features the trunk reads (an image or
+    Dict observation's), applied first; for ``q_value``, before the action joins."""
     obs = observation_key(observation_spec)
+    if role == "q_value":
+        if encoder is None and len(observation_shape(observation_spec)) != 1:
+            raise ValueError("a critic of the observation and the action reads one-dimensional observations; "
+                             "set flatten_observations in the env, or use a network that encodes images (cnn)")
+        dims = len(layout_of(action_spec, observation_spec).shape)
+        return TensorDictModule(ConcatInputs(trunk, encoder, dims), in_keys=[obs, "action"],
+                                out_keys=["state_action_value"])
+    if role not in ROLES:
+        raise ValueError(f"unknown network role '{role}' (roles: {', '.join(ROLES)})")
+    if encoder is not None:
+        trunk = nn.Sequential(encoder, trunk)
     if role == "value":
         return ValueOperator(trunk, in_keys=[obs])
-    if role == "q_value":
-        if len(observation_shape(observation_spec)) > 1:
-            raise ValueError("a critic of the observation and the action reads one-dimensional observations; "
-                             "set flatten_observations in the env")
-        return TensorDictModule(ConcatInputs(trunk), in_keys=[obs, "action"], out_keys=["state_action_value"])
+    layout = layout_of(action_spec, observation_spec)
     if role == "q_values":
-        output_size(role, action_spec)  # checks the actions are discrete
+        output_size(role, action_spec, observation_spec=observation_spec)  # checks there is one discrete action
         return TensorDictModule(trunk, in_keys=[obs], out_keys=["action_value"])
     if role == "deterministic_policy":
-        output_size(role, action_spec)  # checks the actions are continuous
+        output_size(role, action_spec, observation_spec=observation_spec)  # checks the actions are continuous
         bounds = action_bounds(observation_spec, action_spec)
-        module = nn.Sequential(trunk, TanhBounds(*bounds)) if bounds is not None else trunk
-        return Actor(module, in_keys=[obs], out_keys=["action"], spec=action_spec)
-    if role != "policy":
-        raise ValueError(f"unknown network role '{role}' (roles: {', '.join(ROLES)})")
-    if is_discrete(action_spec):
+        stages = [trunk, *_event_shape(layout), *([TanhBounds(*bounds)] if bounds is not None else [])]
+        return Actor(nn.Sequential(*stages) if len(stages) > 1 else trunk, in_keys=[obs], out_keys=["action"],
+                     spec=action_spec)
+    if layout.kind != "continuous":
         logits = TensorDictModule(trunk, in_keys=[obs], out_keys=["logits"])
-        distribution = OneHotCategorical if isinstance(action_spec, OneHot) else Categorical
+        if layout.kind == "parts":
+            return ProbabilisticActor(logits, in_keys=["logits"], distribution_class=IndependentCategoricals,
+                                      distribution_kwargs=layout.distribution_kwargs(), spec=action_spec,
+                                      return_log_prob=True)
+        distribution = OneHotCategorical if layout.one_hot else Categorical
         return ProbabilisticActor(logits, in_keys=["logits"], distribution_class=distribution,
                                   spec=action_spec, return_log_prob=True)
     if log_std == "parameter":
-        module = StateIndependentScale(trunk, action_size(action_spec), log_std_init)
+        module = StateIndependentScale(trunk, layout.size, log_std_init)
     elif log_std == "state":
         module = nn.Sequential(trunk, NormalParamExtractor())
     else:
         raise ValueError(f"unknown log_std '{log_std}' (options: 'state', 'parameter')")
-    params = TensorDictModule(module, in_keys=[obs], out_keys=["loc", "scale"])
+    shaped = _event_shape(layout)
+    params = TensorDictModule(nn.Sequential(module, *shaped) if shaped else module, in_keys=[obs],
+                              out_keys=["loc", "scale"])
+    event = {} if len(layout.shape) == 1 else {"event_dims": len(layout.shape)}
     if squash == "none":  # log_prob sums over the action dimensions, as TanhNormal's does
         return ProbabilisticActor(params, in_keys=["loc", "scale"], distribution_class=IndependentNormal,
+                                  distribution_kwargs={"event_dim": event["event_dims"]} if event else None,
                                   spec=action_spec, return_log_prob=True)
     if squash != "tanh":
         raise ValueError(f"unknown squash '{squash}' (options: 'tanh', 'none')")
@@ -228,7 +279,12 @@ def wrap(trunk: nn.Module, *, role: str, observation_spec: Composite, action_spe
         first_env = (0,) * observation_spec.ndim
         bounds = {"low": action_spec.space.low[first_env], "high": action_spec.space.high[first_env]}
     return ProbabilisticActor(params, in_keys=["loc", "scale"], distribution_class=TanhNormal,
-                              distribution_kwargs=bounds, spec=action_spec, return_log_prob=True)
+                              distribution_kwargs={**bounds, **event}, spec=action_spec, return_log_prob=True)
+
+
+def _event_shape(layout: ActionLayout) -> list[nn.Module]:
+    """The reshaping of flat outputs into a continuous action of several dims (none for a vector)."""
+    return [EventShape(layout.shape)] if len(layout.shape) != 1 else []
 
 
 def widen_input(trunk: nn.Sequential, extra: int, *, init: Init, gain: float) -> None:
@@ -248,16 +304,22 @@ def widen_input(trunk: nn.Sequential, extra: int, *, init: Init, gain: float) ->
 
 def with_head(body: Sequence[nn.Module], features: int, *, role: str, observation_spec: Composite,
               action_spec: TensorSpec, init: Init = "orthogonal", log_std: LogStd = "parameter",
-              log_std_init: float = 0.0, squash: Squash = "tanh", device: str = "cpu") -> TensorDictModule:
+              log_std_init: float = 0.0, squash: Squash = "tanh", device: str = "cpu",
+              encoder: nn.Module | None = None) -> TensorDictModule:
     """The network for ``role``: the ``body`` layers (ending in ``features`` features per observation), a
     linear output layer sized by :func:`output_size` (orthogonal gain ``HEAD_GAIN[role]``), the head
     :func:`wrap` puts on it, all on ``device``. For ``q_value`` the first linear layer is widened to read
-    the action's features too (the body is sized from the observation)."""
-    head = linear(features, output_size(role, action_spec, log_std), init=init, gain=HEAD_GAIN[role])
+    the action's features too (the body is sized from the observation). ``encoder``: a module from one
+    observation to the features ``body`` reads (:func:`wrap`)."""
+    head = linear(features, output_size(role, action_spec, log_std, observation_spec), init=init,
+                  gain=HEAD_GAIN[role])
+    if encoder is not None and role != "q_value":  # one Sequential, so that shared_body shares the encoder too
+        body, encoder = [encoder, *body], None
     trunk = nn.Sequential(*body, head)
     if role == "q_value":
         hidden = any(isinstance(layer, nn.Linear) for layer in body)
-        widen_input(trunk, action_size(action_spec), init=init, gain=HIDDEN_GAIN if hidden else HEAD_GAIN[role])
+        widen_input(trunk, action_size(action_spec, observation_spec), init=init,
+                    gain=HIDDEN_GAIN if hidden else HEAD_GAIN[role])
     network = wrap(trunk, role=role, observation_spec=observation_spec, action_spec=action_spec,
-                   log_std=log_std, log_std_init=log_std_init, squash=squash)
+                   log_std=log_std, log_std_init=log_std_init, squash=squash, encoder=encoder)
     return network.to(torch.device(device))

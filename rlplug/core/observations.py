@@ -7,8 +7,9 @@ several keys, the env is given one: :func:`one_observation` appends :class:`Obse
 transform that writes the chosen entries, flattened, as float32 and concatenated, under ``observation``.
 The entries themselves stay (a stateless env such as ``PendulumEnv`` reads its state back from them).
 
-Which entries: ``in_keys`` where given; otherwise an env that declares ``observation`` keeps it (rlplug's
-``gym`` env, and transforms such as ``StepCounter`` add entries that are not observations), and any other
+Which entries: ``in_keys`` where given; otherwise an env that declares ``observation`` keeps it, be it one
+tensor or a TensorDict of named entries (rlplug's ``gym`` env, whose Dict observations are such; transforms
+such as ``StepCounter`` add entries that are not observations), and any other
 env has all its floating-point entries read, nested ones included, in the order the env declares them. An
 entry no network can read (integers, booleans, uint8 images) is a :class:`UserError` naming it and what to do.
 """
@@ -104,7 +105,7 @@ def chosen_entries(spec: Composite, in_keys: Sequence[str] | None) -> list | Non
     leaves = list(spec.keys(True, True))
     names = [key_name(key) for key in leaves]
     if in_keys is None:
-        if OBSERVATION in leaves:
+        if OBSERVATION in spec.keys():  # a tensor, or a TensorDict of named entries (a Dict observation)
             return None
         readable = [key for key in leaves if spec[key].dtype.is_floating_point]
         if not readable:

@@ -77,6 +77,12 @@ class Env(Protocol):
         """A numpy observation as the policy sees it (``Agent.select_action``)."""
 
     @optional
+    def read_action(self, action: Any) -> Any:
+        """Actions in the policy's layout (one-hot vectors, indices from 0) as numpy in the env's own format
+        (gymnasium's: an index, a Discrete space's start added), for ``Agent.select_action``; TorchRL's
+        gymnasium envs have it."""
+
+    @optional
     def observation_normalizer(self) -> Any:
         """:meth:`normalize_observation` as a ``torch.nn.Module`` (float32 observations in and out) with the
         statistics as they are now, frozen; None when observations pass unchanged. ``rlplug export`` puts it

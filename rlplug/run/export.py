@@ -31,6 +31,8 @@ from torch import nn
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from rlplug.core.acting import ActorView, deterministic_sample
+from rlplug.core.actions import ActionLayout, action_layout
+from rlplug.core.heads import observation_entries, observation_key
 from rlplug.core.recurrent import is_recurrent
 from rlplug.errors import UserError
 from rlplug.registry import protocols
@@ -117,6 +119,14 @@ def deployable(run) -> Deployable:
         raise UserError("the policy is recurrent (lstm, gru): export takes feed-forward policies for now; the "
                         "checkpoint still runs with rlplug.Agent.load")
     env = run.env
+    key = observation_key(env.observation_spec)
+    if observation_entries(env.observation_spec) is not None:
+        raise UserError("the policy reads a Dict observation (named entries): export takes one observation "
+                        "tensor for now; the checkpoint still runs with rlplug.Agent.load")
+    layout = action_layout(env.action_spec, env.batch_dims)
+    if layout.kind == "parts":
+        raise UserError(f"the policy acts in {layout.describe()}: export writes one Discrete or Box action for "
+                        f"now; the checkpoint still runs with rlplug.Agent.load")
     normalizer = None
     if capability(env, protocols.Env.normalize_observation):
         make = capability(env, protocols.Env.observation_normalizer)
@@ -124,35 +134,35 @@ def deployable(run) -> Deployable:
             raise UserError(f"the env ({run.recipe.env.title}) normalises observations but offers no "
                             f"observation_normalizer() to export it with")
         normalizer = make()
-    discrete = type(env.action_spec).__name__ in ("OneHot", "Categorical")
+    discrete = layout.kind == "categorical"
     try:
         view = ActorView.of(policy)
     except TypeError:
         view = None
     if view is not None and view.categorical:
         actor, outputs = CategoricalPolicy(view), ["action", "logits"]
-        key = view.observation_key
     elif view is not None:
-        actor, outputs, key = DistributionPolicy(view), ["action"], view.observation_key
+        actor, outputs = DistributionPolicy(view), ["action"]
     else:
-        key = policy.in_keys[0]
-        actor, outputs = TensorDictPolicy(policy, key, type(env.action_spec).__name__ == "OneHot"), ["action"]
+        actor, outputs = TensorDictPolicy(policy, key, layout.one_hot), ["action"]
     shape = tuple(env.observation_spec[key].shape[env.batch_dims:])
     module = DeployedPolicy(normalizer, actor).eval()
     example = env.observation_spec[key].zero()[(0,) * env.batch_dims].expand(2, *shape).to(torch.float32)
-    info = describe(run, outputs, discrete, shape, normalizer is not None)
+    info = describe(run, outputs, layout, shape, normalizer is not None)
     return Deployable(module, example.contiguous(), outputs, info)
 
 
-def describe(run, outputs: list[str], discrete: bool, shape: tuple[int, ...], normalised: bool) -> dict[str, Any]:
+def describe(run, outputs: list[str], layout: ActionLayout, shape: tuple[int, ...],
+             normalised: bool) -> dict[str, Any]:
     """What the exported file holds, in words and numbers (ONNX metadata, TorchScript's extra file)."""
     recipe = run.recipe
     env_id = recipe.env.params.get("id") if isinstance(recipe.env.params.get("id"), str) else None
+    discrete = layout.kind == "categorical"
     if discrete:
         action = ("int64 [batch]: the index of the chosen action (the most probable one), as gymnasium's Discrete "
-                  "space takes it; not logits")
+                  "space takes it (counted from 0: add a space's start); not logits")
     else:
-        dims = int(run.env.action_spec.shape[-1])
+        dims = ", ".join(map(str, layout.shape))
         action = (f"float32 [batch, {dims}]: the action in the env's units, deterministic (a Gaussian policy's "
                   f"mean, squashed into the bounds where the policy squashes)")
     described = {"action": action}

@@ -181,7 +181,9 @@ def make_gym(
     - ``wrappers``: gymnasium wrappers around each copy, in order, by class name in ``gymnasium.wrappers``
       with their ``kwargs``.
     - ``flatten_observations``: Dict, Tuple and multi-dimensional Box observations flattened into one vector
-      (Discrete, MultiDiscrete and MultiBinary observations are always one-hot encoded).
+      (Discrete, MultiDiscrete and MultiBinary observations are always one-hot encoded). Unset, a Dict keeps
+      its entries, each with its shape and dtype, under ``observation`` (``("observation", "image")``),
+      for networks that read them (``cnn``); images (Box of 2 or more dims) are kept as gymnasium gives them.
     - ``observation_indices``: only these entries of a one-dimensional observation are kept, in this order
       (after flattening, before frame stacking): partial observability from a recipe, e.g. ``[0, 1]`` is
       Pendulum-v1's cos and sin of the angle without its angular velocity. Unset: all.

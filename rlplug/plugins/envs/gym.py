@@ -27,13 +27,17 @@ from torchrl.envs import EnvBase, GymWrapper
 
 from rlplug.errors import UserError
 from rlplug.plugins.envs import workers
+from rlplug.plugins.envs.entries import pack_entries, packed_entries, with_entries
 from rlplug.plugins.envs.stage import CONTINUE, Transition, VectorStage
 
 #: The observation spaces :func:`make_gym_vector_env` takes, for messages.
-SUPPORTED_OBSERVATIONS = ("Box; Discrete, MultiDiscrete and MultiBinary (one-hot encoded); "
-                          "Dict and Tuple with flatten_observations = true")
+SUPPORTED_OBSERVATIONS = ("Box; Discrete, MultiDiscrete and MultiBinary (one-hot encoded); Dict (its entries "
+                          "kept, or concatenated with flatten_observations = true); Tuple with flatten_observations "
+                          "= true")
 #: The action spaces rlplug's policies act in, for messages.
-SUPPORTED_ACTIONS = "Discrete (starting at 0) and one-dimensional Box"
+SUPPORTED_ACTIONS = "Discrete, MultiDiscrete, MultiBinary and Box of floats, of any shape but MultiDiscrete's"
+
+
 class VectorGymEnv(GymWrapper):
     """A gymnasium vector env (same-step autoreset) as a TorchRL env, with a tensor step for fast collection.
 
@@ -42,7 +46,9 @@ class VectorGymEnv(GymWrapper):
 
     - :meth:`reset_arrays` / :meth:`step_arrays` (numpy) and :meth:`reset_tensors` / :meth:`step_tensors`: the
       array road of :mod:`rlplug.core.collect` (``supports_tensor_steps`` says whether
-      it is open: Discrete or 1-D Box actions and one Box observation).
+      it is open: Discrete or Box actions and one Box observation). Discrete actions are indices from 0
+      there, as in TorchRL's spec; a space's ``start`` is added on the way to gymnasium, on both roads
+      (:meth:`read_action`).
     - :meth:`statistics` -> dict of tensors and floats (``torch.load(weights_only=True)`` reads it back):
       the observation and return statistics of :class:`VectorStage`; ``{}`` when nothing is normalised by
       running statistics. :meth:`load_statistics` puts them back, e.g. the training env's into the
@@ -65,9 +71,10 @@ class VectorGymEnv(GymWrapper):
         self._discrete = isinstance(space, gym.spaces.Discrete)
         self._one_hot = self._discrete and self.action_spec.shape[-1:] == (space.n,) and space.n > 1 \
             and type(self.action_spec).__name__ == "OneHot"
+        #: what gymnasium's Discrete space adds to an index (TorchRL's spec counts from 0)
+        self.action_start = int(space.start) if self._discrete else 0
         obs_key = "observation" if "observation" in self.observation_spec.keys() else None
-        self.supports_tensor_steps = obs_key is not None and (
-            self._discrete or (isinstance(space, gym.spaces.Box) and len(space.shape) == 1))
+        self.supports_tensor_steps = obs_key is not None and (self._discrete or isinstance(space, gym.spaces.Box))
         obs_dtype = self.observation_spec[obs_key].dtype if obs_key else torch.float32
         self._obs_dtype = torch.empty((), dtype=obs_dtype).numpy().dtype  # conversions happen in numpy: cheaper
         self._on_cpu = self.device is None or torch.device(self.device).type == "cpu"
@@ -111,12 +118,20 @@ class VectorGymEnv(GymWrapper):
                 kwargs = {"options": {CONTINUE: True}}
         return super()._reset(tensordict, **kwargs)
 
+    def read_action(self, action):
+        """TorchRL's action as gymnasium takes it (TorchRL's conversion, then a Discrete space's start)."""
+        action = super().read_action(action)
+        return action + self.action_start if self.action_start else action
+
     def reset_arrays(self, seed: int | None = None) -> np.ndarray:
         observation, _ = self._env.reset(seed=seed)
         return observation.astype(self._obs_dtype, copy=False)
 
     def step_arrays(self, action: np.ndarray) -> Transition:
-        """One step with ``action`` in gymnasium's format (an index for discrete actions); numpy arrays back."""
+        """One step with ``action`` in gymnasium's format (an index from 0 for discrete actions); numpy arrays
+        back."""
+        if self.action_start:
+            action = action + self.action_start
         observation, reward, terminated, truncated, info = self._env.step(action)
         observation = observation.astype(self._obs_dtype, copy=False)
         next_observation = observation
@@ -223,12 +238,14 @@ def _select(env: gym.Env, env_id: str, indices: Sequence[int]) -> gym.Env:
 def _shape_observations(env_id: str, flatten: bool, frame_stack: int,
                         indices: Sequence[int] | None = None) -> Callable[[gym.Env], gym.Env]:
     """One Box observation per sub-env: non-Box spaces one-hot encoded or flattened, the entries ``indices``
-    kept, then frames stacked."""
+    kept, then frames stacked; or a Dict's entries packed (:mod:`rlplug.plugins.envs.entries`)."""
     spaces = gym.spaces
 
     def shape(env: gym.Env) -> gym.Env:
         space = env.observation_space
-        if isinstance(space, (spaces.Dict, spaces.Tuple)) and not flatten:
+        if isinstance(space, spaces.Dict) and not flatten:
+            return pack_entries(env, env_id, frame_stack, indices)
+        if isinstance(space, spaces.Tuple) and not flatten:
             raise UserError(f"{env_id} has a {space_name(space)} observation space; set flatten_observations = "
                             f"true to concatenate its entries (supported: {SUPPORTED_OBSERVATIONS})", path="env")
         if not isinstance(space, (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary,
@@ -260,14 +277,18 @@ def _shape_observations(env_id: str, flatten: bool, frame_stack: int,
 
 def check_action_space(space: gym.Space, env_id: str) -> None:
     """``UserError`` unless rlplug's policies can act in ``space``."""
+    spaces = gym.spaces
     problem = None
-    if isinstance(space, gym.spaces.Discrete):
-        if int(space.start) != 0:
-            problem = f"a Discrete action space starting at {int(space.start)}"
-    elif isinstance(space, gym.spaces.Box):
-        if len(space.shape) != 1:
-            problem = f"a {space_name(space)} action space"
-    else:
+    if isinstance(space, spaces.Box):
+        if not np.issubdtype(space.dtype, np.floating):
+            problem = f"a {space_name(space)} action space of {space.dtype} values"
+    elif isinstance(space, spaces.MultiDiscrete):
+        if space.nvec.ndim != 1:
+            problem = f"a MultiDiscrete action space of shape {list(space.nvec.shape)}"
+    elif isinstance(space, spaces.MultiBinary):
+        if np.ndim(space.n) > 0 and len(space.shape) != 1:
+            problem = f"a MultiBinary action space of shape {list(space.shape)}"
+    elif not isinstance(space, spaces.Discrete):
         problem = f"a {space_name(space)} action space"
     if problem:
         raise UserError(f"{env_id} has {problem}, which rlplug's policies cannot act in (supported: "
@@ -311,6 +332,12 @@ def make_gym_vector_env(env_id: str, *, num_envs: int, max_episode_steps: int | 
         raise UserError(f"{env_id} needs a package that is not installed: {one_line(error)}", path="env.id") from None
     try:
         check_action_space(vector_env.single_action_space, env_id)
+        entries = packed_entries(vector_env)
+        if entries and (normalize_observations != "none" or clip_observations is not None):
+            key = "normalize_observations" if normalize_observations != "none" else "clip_observations"
+            raise UserError(f"rescales one Box observation, and {env_id}'s is a Dict (keys "
+                            f"{', '.join(entry.name for entry in entries)}); leave it unset, or set "
+                            f"flatten_observations = true", path=f"env.{key}")
         space = vector_env.single_observation_space
         if normalize_observations == "fixed":
             infinite = np.flatnonzero(~(np.isfinite(space.low) & np.isfinite(space.high)).reshape(-1))
@@ -328,4 +355,4 @@ def make_gym_vector_env(env_id: str, *, num_envs: int, max_episode_steps: int | 
     # TorchRL stepped the env while inferring its specs: those steps are not experience.
     stage.reset_statistics()
     stage._continuable = False
-    return env
+    return with_entries(env, entries) if entries else env

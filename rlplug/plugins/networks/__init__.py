@@ -1,5 +1,6 @@
-"""Policy and value networks sized from the env's specs: an MLP, any stack of torch.nn layers, and
-recurrent (LSTM, GRU) actors and critics for DDPG and TD3.
+"""Policy and value networks sized from the env's specs: an MLP, any stack of torch.nn layers, a convolutional
+network for image (and image-plus-vector) observations, and recurrent (LSTM, GRU) actors and critics for DDPG
+and TD3.
 
 All share one output-layer-and-head path (:func:`rlplug.core.heads.with_head`); the feedforward ones also the
 continuous-head options ``log_std``, ``log_std_init`` and ``squash`` (see :mod:`rlplug.core.heads`). The
@@ -54,14 +55,15 @@ def make_mlp(
     device: str = "cpu",
 ):
     """An MLP trunk with the head its role needs (categorical or Gaussian policy, value)."""
-    from rlplug.networks import observation_shape
+    from rlplug.networks import observation_entries, observation_shape
 
     shape = tuple(observation_shape(observation_spec))
-    if len(shape) != 1:
+    if observation_entries(observation_spec) is not None or len(shape) != 1:
+        _refuse_entries("mlp", observation_spec)
         from rlplug.errors import UserError
 
         raise UserError(f"mlp reads one-dimensional observations, and this env's have shape {shape}; set "
-                        f"env.flatten_observations = true")
+                        f"env.flatten_observations = true, or use cnn for images")
     return _network(hidden_layers(hidden, activation), observation_spec, action_spec, role, init=init, log_std=log_std,
                     log_std_init=log_std_init, squash=squash, device=device)
 
@@ -84,6 +86,7 @@ def make_sequential(
     device: str = "cpu",
 ):
     """Any stack of torch.nn layers from the recipe (sizes inferred), then the head its role needs."""
+    _refuse_entries("sequential", observation_spec)
     return _network(layers, observation_spec, action_spec, role, init=init, log_std=log_std,
                     log_std_init=log_std_init, squash=squash, device=device)
 
@@ -95,6 +98,68 @@ def _network(layers, observation_spec, action_spec, role, *, init, log_std, log_
     body, shape = build_layers(layers, observation_shape(observation_spec), init=init)
     return with_head(body, features(shape), role=role, observation_spec=observation_spec, action_spec=action_spec,
                      init=init, log_std=log_std, log_std_init=log_std_init, squash=squash, device=device)
+
+
+def _refuse_entries(name: str, observation_spec) -> None:
+    """A one-line error where the observation is a Dict of entries, which this network does not read."""
+    from rlplug.networks import observation_entries
+
+    entries = observation_entries(observation_spec)
+    if entries is not None:
+        from rlplug.errors import UserError
+
+        dims = observation_spec.ndim
+        shown = ", ".join(f"{key} {list(spec.shape[dims:])}" for key, spec in entries.items())
+        raise UserError(f"{name} reads one observation tensor, and this env's observation is a Dict of entries "
+                        f"({shown}); use cnn, which reads images and vectors together, or set "
+                        f"env.flatten_observations = true to concatenate them")
+
+
+def make_cnn(
+    observation_spec,
+    action_spec,
+    role: str,
+    #: output channels of each convolution; unset: Nature DQN's [32, 64, 64] for images of 36 pixels or more
+    #: a side (Atari's 84 x 84), else MinAtar's [16] (its 10 x 10 frames)
+    channels: list[Annotated[int, Range(ge=1)]] | None = None,
+    #: each convolution's square kernel size, one per channels entry; unset: [8, 4, 3] (Nature) or [3] (small),
+    #: or 3 for each convolution where channels has another length
+    kernels: list[Annotated[int, Range(ge=1)]] | None = None,
+    #: each convolution's stride, one per channels entry; unset: [4, 2, 1] (Nature) or [1] (small), or 1 each
+    strides: list[Annotated[int, Range(ge=1)]] | None = None,
+    #: sizes of the hidden layers after the convolutions (a Dict's other entries join there); unset: [512]
+    #: with the Nature encoder, [128] with the small one
+    hidden: list[Annotated[int, Range(ge=1)]] | None = None,
+    #: the activation after each convolution and hidden layer
+    activation: Literal["tanh", "relu", "elu", "gelu", "silu"] = "relu",
+    #: orthogonal initialisation (CleanRL / SB3 gains, zero biases), or torch's default
+    init: Init = "orthogonal",
+    #: continuous policies: 'parameter', one learned log-std for every state, or 'state', the network outputs it
+    log_std: LogStd = "parameter",
+    #: continuous policies: the initial log-std
+    log_std_init: float = 0.0,
+    #: continuous policies: 'tanh' squashes into the action bounds; 'none' is a plain Normal (the env must clip)
+    squash: Squash = "tanh",
+    device: str = "cpu",
+):
+    """Convolutions over image observations, then hidden layers and the head its role needs.
+
+    Every role (policy, value, q_values, q_value and deterministic_policy with Box actions); shared_body
+    shares the convolutions too. Images are read as the env gives them: H x W x C uint8 (gymnasium), channels-first floats (TorchRL's
+    ToTensorImage), grey H x W, stacked frames; scaled to [0, 1] and put channels first inside the network.
+    With a Dict observation each image entry (2 or more dims) has its own convolutions and the other entries
+    join their features before the hidden layers: one network for image-plus-vector observations.
+    """
+    from rlplug.core.images import image_encoder
+    from rlplug.networks import build_layers, features, observation_key, with_head
+
+    encoder, chosen = image_encoder(observation_spec, observation_key(observation_spec), channels=channels,
+                                    kernels=kernels, strides=strides, hidden=hidden,
+                                    activation=ACTIVATIONS[activation], init=init)
+    body, shape = build_layers(hidden_layers(chosen.hidden, activation), (encoder.out_features,), init=init)
+    return with_head(body, features(shape), role=role, observation_spec=observation_spec, action_spec=action_spec,
+                     init=init, log_std=log_std, log_std_init=log_std_init, squash=squash, device=device,
+                     encoder=encoder)
 
 
 def recurrent_factory(cell: Literal["lstm", "gru"]):
@@ -120,6 +185,7 @@ def recurrent_factory(cell: Literal["lstm", "gru"]):
     ):
         from rlplug.core.recurrent import make_recurrent
 
+        _refuse_entries(cell, observation_spec)
         return make_recurrent(cell, observation_spec=observation_spec, action_spec=action_spec, role=role,
                               hidden_size=hidden_size, num_layers=num_layers, head_layers=hidden_layers(hidden, activation),
                               init=init, device=device)
@@ -138,5 +204,6 @@ make_gru = recurrent_factory("gru")
 def rlplug_register_networks(register):
     register("mlp", make_mlp)
     register("sequential", make_sequential)
+    register("cnn", make_cnn)
     register("lstm", make_lstm)
     register("gru", make_gru)

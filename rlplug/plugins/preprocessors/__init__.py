@@ -24,8 +24,13 @@ def make_running_standard_scaler(
 
     shape = None
     if observation_spec is not None:
-        from rlplug.networks import observation_shape
+        from rlplug.networks import observation_entries, observation_shape
 
+        if observation_entries(observation_spec) is not None:
+            from rlplug.errors import UserError
+
+            raise UserError("standardises one observation tensor, and this env's observation is a Dict of entries; "
+                            "leave it unset, or set env.flatten_observations = true")
         shape = observation_shape(observation_spec)
     return RunningStandardScaler(shape, epsilon=epsilon, clip=clip, device=device)
 

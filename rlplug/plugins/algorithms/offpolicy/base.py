@@ -41,7 +41,7 @@ from rlplug.core.training import MetricMean, summed
 from rlplug.errors import UserError
 from rlplug.networks import is_discrete, observation_key
 from rlplug.plugins.algorithms.offpolicy.config import OffPolicyConfig
-from rlplug.plugins.algorithms.offpolicy.parts import (Learners, RandomActions, behind_preprocessor,
+from rlplug.plugins.algorithms.offpolicy.parts import (Learners, RandomActions, behind_preprocessor, build_network,
                                                       mixed_precision_context)
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability
@@ -76,7 +76,8 @@ class OffPolicy:
                             path="algorithm.replay_buffer.capacity")
         self.preprocessor = None
         if config.observation_preprocessor is not None:
-            self.preprocessor = config.observation_preprocessor.build(observation_spec=observation_spec, device=device)
+            self.preprocessor = build_network(config.observation_preprocessor, observation_spec=observation_spec,
+                                              device=device)
             self.preprocessor.eval()  # statistics change only in store(), in train mode
         self.autocast = mixed_precision_context(config.mixed_precision, device)
         self.noise = None

@@ -16,6 +16,8 @@ from tensordict.nn import TensorDictModuleBase
 from torch.nn import functional
 from torchrl.data import OneHot
 
+from rlplug.core.actions import action_layout
+from rlplug.errors import UserError
 from rlplug.plugins.algorithms.offpolicy.base import OffPolicy
 from rlplug.plugins.algorithms.offpolicy.parts import build_network, exploring
 
@@ -50,6 +52,14 @@ def linear_schedule(start: float, end: float, fraction: float, progress: float) 
 
 class DQN(OffPolicy):
     actions = "discrete"
+
+    def check_actions(self, action_spec) -> None:
+        super().check_actions(action_spec)
+        layout = action_layout(action_spec, self.observation_spec.ndim)
+        if layout.kind != "categorical":
+            raise UserError(f"dqn learns one Q-value per choice of one Discrete action, and this env's actions are "
+                            f"{layout.describe()}; use an on-policy algorithm (ppo), whose policy acts in each "
+                            f"part", path="algorithm")
 
     def build(self) -> TensorDictModuleBase:
         self.network = build_network(self.config.q_network, role="q_values", **self.specs)
