@@ -4,7 +4,6 @@ terminal. Through the real CLI in a subprocess; each stops at validation or at b
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 from torchrl.data import Bounded, Composite, OneHot
-from torchrl.envs import ToTensorImage, TransformedEnv
+from torchrl.envs import ToTensorImage
 
 import rlplug
 import toy_spaces

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from torchrl.data import Binary, Bounded, Categorical, MultiCategorical, MultiOneHot, OneHot, Unbounded
 
 import rlplug
-import toy_spaces
+import toy_spaces  # noqa: F401  (registers the RlplugToy ids)
 from conftest import CANONICAL, rlplug_cli
 from rlplug.core.acting import ActorView
 from rlplug.core.actions import IndependentCategoricals, action_layout

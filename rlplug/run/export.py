@@ -134,7 +134,6 @@ def deployable(run) -> Deployable:
             raise UserError(f"the env ({run.recipe.env.title}) normalises observations but offers no "
                             f"observation_normalizer() to export it with")
         normalizer = make()
-    discrete = layout.kind == "categorical"
     try:
         view = ActorView.of(policy)
     except TypeError:

@@ -166,12 +166,12 @@ class Objective:
                                                           if logger.spec.qualified_name != "rlplug:console"])
             runs[seed] = Run.build(recipe, directory if seed is None else directory / f"seed-{seed}")
         try:
-            return self.train_runs(trial, runs, recipe)
+            return self.train_runs(trial, runs, recipe, directory)
         finally:  # their envs' worker processes stop with the trial
             for run in runs.values():
                 run.close()
 
-    def train_runs(self, trial, runs: dict[int | None, Any], recipe) -> float:
+    def train_runs(self, trial, runs: dict[int | None, Any], recipe, directory: Path) -> float:
         seeds = self.study.seeds
         total = recipe.run.total_frames
         every = recipe.eval.every_frames or total
