@@ -321,11 +321,14 @@ class Run:
             broken = error.quantity
         if broken is None:
             return metrics
+        raise TrainingDiverged(self.divergence(broken))
+
+    def divergence(self, broken: str) -> str:
+        """The line saying that ``broken`` (a quantity) turned non-finite now, and what is kept."""
         latest = self.run_dir / "checkpoint.pt"
         kept = f"the last good checkpoint is {latest}" if latest.exists() else "no checkpoint was written yet"
-        raise TrainingDiverged(f"training diverged: {broken} is not finite at iteration {self.iterations} "
-                               f"(frame {self.frames}); {kept}; try a lower algorithm.lr or set "
-                               f"algorithm.max_grad_norm")
+        return (f"training diverged: {broken} is not finite at iteration {self.iterations} (frame {self.frames}); "
+                f"{kept}; try a lower algorithm.lr or set algorithm.max_grad_norm")
 
     def checkpoint(self) -> Path:
         """Write ``checkpoint.pt`` (the latest) and ``checkpoints/frames-N.pt`` (the last K), atomically."""
