@@ -5,7 +5,7 @@ Each seed's algorithm is built as a run of that seed builds it, so its parameter
 moves those flat tensors into the rows of one ``[seeds, P]`` tensor: each seed's parameters stay views (its
 modules, its ``state_dict`` and its evaluation read the live values), and the update works on the stack,
 calling one seed's modules through ``torch.vmap`` with the stacked parameters swapped in
-(:meth:`StackedParameters.vmapped`, tensordict's ``to_module``). Gradient norms are clipped per seed, so one
+(:meth:`StackedParameters.vmapped`, ``torch.func.functional_call``). Gradient norms are clipped per seed, so one
 optimiser over the stack, acting element by element (Adam, RMSprop, SGD), takes each seed's own step.
 """
 
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from tensordict import TensorDict
+from torch.func import functional_call
 
 from rlplug.core.training import FlatParameters
 
@@ -63,23 +63,32 @@ class StackedParameters:
         """``function(*args)`` for every seed at once: ``module`` (one seed's, whose parameters are among
         ``parameters``, that seed's in stacking order) called with each seed's parameters swapped in. The result
         takes ``(leaves, *args)``, each arg with the seeds first, and returns ``function``'s results stacked."""
+        holder = Calling(module, function)
         position = {id(p): i for i, p in enumerate(parameters)}
-        template = TensorDict.from_module(module)
-        keys, indices = [], []
-        for key, value in template.items(include_nested=True, leaves_only=True):
-            if isinstance(value, torch.nn.Parameter):
-                if id(value) not in position:
-                    raise ValueError(f"{module.__class__.__name__} holds a parameter ({'.'.join(key)}) that is "
-                                     f"not the algorithm's")
-                keys.append(key)
-                indices.append(position[id(value)])
+        names, indices = [], []
+        for name, value in holder.named_parameters():  # tied weights once: functional_call ties the others
+            if id(value) not in position:
+                raise ValueError(f"{type(module).__name__} holds a parameter ({name}) that is not the algorithm's")
+            names.append(name)
+            indices.append(position[id(value)])
 
         def one_seed(leaves: list[torch.Tensor], *args: Any) -> Any:
-            swapped = TensorDict(dict(zip(keys, (leaves[i] for i in indices))), [])
-            with swapped.to_module(module):
-                return function(*args)
+            return functional_call(holder, {name: leaves[i] for name, i in zip(names, indices)}, args)
 
         return torch.vmap(one_seed, randomness=randomness)
+
+
+class Calling(torch.nn.Module):
+    """``function`` as the forward of a module holding ``module``: what ``torch.func.functional_call`` swaps
+    parameters into (a TorchRL loss's own ``named_parameters`` takes none of the arguments it passes)."""
+
+    def __init__(self, module: torch.nn.Module, function: Callable):
+        super().__init__()
+        self.module = module
+        self.__dict__["function"] = function  # not a second child, were it a module: its parameters once
+
+    def forward(self, *args: Any) -> Any:
+        return self.function(*args)
 
 
 def stacked_optimiser(optimisers: list[torch.optim.Optimizer], stacked: torch.nn.Parameter) -> torch.optim.Optimizer:

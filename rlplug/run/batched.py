@@ -51,18 +51,42 @@ class SeedRun(Run):
         return copied(super().state_dict())
 
 
-def copied(value: Any) -> Any:
-    """``value`` with every tensor cloned: ``torch.save`` of a view writes its whole storage (every seed's)."""
-    if isinstance(value, torch.Tensor):
-        return value.clone()
-    if isinstance(value, dict):  # state dicts' OrderedDicts stay so (the digest names each type)
-        result = copy.copy(value)
-        for key, item in value.items():
-            result[key] = copied(item)
-        return result
-    if isinstance(value, (list, tuple)):
-        return type(value)(copied(item) for item in value)
-    return value
+def copied(state: Any) -> Any:
+    """``state`` with its tensors moved out of the stack: ``torch.save`` of a view writes its whole storage
+    (every seed's). Tensors sharing a storage (a flat parameter's views) share one compact copy, the span of
+    that storage they use, so a seed's checkpoint is the size of a run's alone."""
+    spans: dict[tuple, tuple[int, int]] = {}
+    copies: dict[tuple, torch.Tensor] = {}
+
+    def key(tensor: torch.Tensor) -> tuple:
+        return tensor.untyped_storage().data_ptr(), tensor.dtype
+
+    def measure(tensor: torch.Tensor) -> None:
+        last = tensor.storage_offset() + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
+        low, high = spans.get(key(tensor), (tensor.storage_offset(), last + 1))
+        spans[key(tensor)] = (min(low, tensor.storage_offset()), max(high, last + 1))
+
+    def rebuild(tensor: torch.Tensor) -> torch.Tensor:
+        low, high = spans[key(tensor)]
+        if key(tensor) not in copies:
+            span = torch.empty(0, dtype=tensor.dtype, device=tensor.device)
+            copies[key(tensor)] = span.set_(tensor.untyped_storage(), low, (high - low,), (1,)).clone()
+        return copies[key(tensor)].as_strided(tensor.shape, tensor.stride(), tensor.storage_offset() - low)
+
+    def walk(value: Any, action) -> Any:
+        if isinstance(value, torch.Tensor):
+            return action(value.detach()) if value.numel() else value.clone()
+        if isinstance(value, dict):  # state dicts' OrderedDicts stay so (the digest names each type)
+            result = copy.copy(value)
+            for name, item in value.items():
+                result[name] = walk(item, action)
+            return result
+        if isinstance(value, (list, tuple)):
+            return type(value)(walk(item, action) for item in value)
+        return value
+
+    walk(state, measure)
+    return walk(state, rebuild)
 
 
 def refuse_unbatchable_recipe(recipe: Recipe) -> None:
