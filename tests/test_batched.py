@@ -38,6 +38,7 @@ def built_algorithm(seed: int, overrides: list[str]):
     ["algorithm.epochs=3"],
     ["algorithm.epochs=2", "algorithm.max_grad_norm=0.05"],  # every seed clipped, each by its own norm
     ["algorithm.epochs=2", "algorithm.num_minibatches=4", "algorithm.optimizer=rmsprop"],
+    ["algorithm.epochs=2", "algorithm.shared_body=true", "algorithm.critic.hidden=[64, 64]"],  # one body, two heads
 ])
 def test_a_stacked_update_is_each_seeds_own_update(overrides):
     """The batched update against each seed's algorithm updating alone on the same batch, from the same start:

@@ -66,14 +66,20 @@ class StackedParameters:
         holder = Calling(module, function)
         position = {id(p): i for i, p in enumerate(parameters)}
         names, indices = [], []
-        for name, value in holder.named_parameters():  # tied weights once: functional_call ties the others
-            if id(value) not in position:
-                raise ValueError(f"{type(module).__name__} holds a parameter ({name}) that is not the algorithm's")
-            names.append(name)
-            indices.append(position[id(value)])
+        # each place a parameter is held, once: a module reached by two paths (a critic also held as the loss's
+        # value function) is one place, swapped and put back once; one parameter in two modules (a shared body)
+        # is two places, both swapped
+        for prefix, owner in holder.named_modules():
+            for name, value in owner.named_parameters(recurse=False):
+                if id(value) not in position:
+                    raise ValueError(f"{type(module).__name__} holds a parameter ({prefix}.{name}) that is not the "
+                                     f"algorithm's")
+                names.append(f"{prefix}.{name}")
+                indices.append(position[id(value)])
 
         def one_seed(leaves: list[torch.Tensor], *args: Any) -> Any:
-            return functional_call(holder, {name: leaves[i] for name, i in zip(names, indices)}, args)
+            return functional_call(holder, {name: leaves[i] for name, i in zip(names, indices)}, args,
+                                   tie_weights=False)
 
         return torch.vmap(one_seed, randomness=randomness)
 
