@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 import sys
 import time
 from dataclasses import dataclass, field
@@ -27,12 +26,13 @@ import torch
 
 from rlplug.core.collect_together import CollectorsTogether
 from rlplug.core.recurrent import is_recurrent
+from rlplug.core.training import broken_metric
 from rlplug.errors import UserError
 from rlplug.recipe import Recipe
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability, checked_metrics, conform
 from rlplug.run.directory import BATCHED_MARKER as MARKER, ensure_writable, write_atomically
-from rlplug.run.trainer import MAY_BE_UNDEFINED, Run, episode_seed, next_multiple, reported
+from rlplug.run.trainer import Run, episode_seed, next_multiple, reported
 
 #: The logger written once for all seeds (in the parent directory, with the means over seeds), not per seed.
 SHARED_LOGGERS = ("rlplug:console",)
@@ -288,9 +288,7 @@ class BatchedRun:
         kept, logged = [], []
         for index, (run, metrics, fine) in enumerate(zip(self.active, results, finite)):
             metrics = checked_metrics(metrics, title)
-            broken = next((name for name, value in metrics.items()
-                           if not math.isfinite(value) and name not in MAY_BE_UNDEFINED), None)
-            broken = broken or (None if fine else "a network parameter")
+            broken = broken_metric(metrics) or (None if fine else "a network parameter")
             if broken is not None:
                 self.diverge(run, broken, loggers.pop(id(run)))
                 continue
