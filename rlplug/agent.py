@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +40,12 @@ class Agent:
 
     @classmethod
     def from_recipe(cls, recipe: str | Path | Mapping[str, Any], *, out: str | Path | None = None,
-                    **overrides: Any) -> "Agent":
+                    seeds: Sequence[int] | None = None, **overrides: Any) -> "Agent | SeedAgents":
         """Build from a recipe: a TOML file, or the same tables as a dict (``{"env": {"use": "gym", "id":
         "CartPole-v1"}, "algorithm": {"use": "ppo"}}``). Overrides are dotted keys (``**{"algorithm.lr":
-        3e-4}``) or tables (``algorithm={"lr": 3e-4}``), validated exactly like the file and like ``--set``."""
+        3e-4}``) or tables (``algorithm={"lr": 3e-4}``), validated exactly like the file and like ``--set``.
+        ``seeds=[0, 1, 2]``: one run per seed under ``out/seed-N``, trained together (:class:`SeedAgents`, what
+        ``rlplug run --seeds --batched`` trains)."""
         if isinstance(recipe, Mapping):
             data, file, name = copy.deepcopy(dict(recipe)), "<recipe dict>", Path("recipe")
         else:
@@ -51,8 +53,21 @@ class Agent:
             data, file = recipes.read_toml(name), str(name)
         for key, value in flatten(overrides).items():
             recipes.set_value(data, key, value, file=file)
-        validated = recipes.validate(data, file=file)
-        return cls(Run.build(validated, Path(out) if out else default_run_dir(name)))
+        run_dir = Path(out) if out else default_run_dir(name)
+        if seeds is None:
+            return cls(Run.build(recipes.validate(data, file=file), run_dir))
+        if "run.seed" in flatten(overrides) or isinstance(seeds, (str, bytes)) or not seeds or \
+                len(set(seeds)) != len(seeds) or not all(isinstance(s, int) and s >= 0 for s in seeds):
+            raise UserError(f"seeds={seeds!r}: expected distinct non-negative whole numbers, and no run.seed beside")
+        validated = []
+        for seed in seeds:
+            recipes.set_value(data, "run.seed", seed, file=file)
+            validated.append(recipes.validate(copy.deepcopy(data), file=file))
+        from rlplug.run.batched import BatchedRun
+        from rlplug.run.directory import check_run_dir
+
+        check_run_dir(run_dir)
+        return SeedAgents(BatchedRun.build(validated, run_dir))
 
     @classmethod
     def load(cls, path: str | Path, *, out: str | Path | None = None) -> "Agent":
@@ -151,6 +166,27 @@ def observation_batch(observation_spec, observation) -> tuple[torch.Tensor | Ten
     return (tensor.unsqueeze(0) if single else tensor), single
 
 
+class SeedAgents:
+    """Several seeds of one recipe trained together, each an :class:`Agent` of its own (``agents[seed]``) with
+    its run directory ``out/seed-N``."""
+
+    def __init__(self, batched):
+        self.batched = batched
+        self.agents = {run.recipe.run.seed: Agent(run) for run in batched.runs}
+
+    def train(self, max_frames: int | None = None, max_iters: int | None = None) -> dict[int, dict[str, Any]]:
+        """Train every seed on together (to the recipe's ``total_frames`` or the first limit given); returns
+        each seed's summary. A seed that diverged has status ``diverged`` and trains no more; the others go on."""
+        return self.batched.train(max_frames=max_frames, max_iters=max_iters)["seeds"]
+
+    def __getitem__(self, seed: int) -> Agent:
+        return self.agents[seed]
+
+    @property
+    def seeds(self) -> list[int]:
+        return list(self.agents)
+
+
 def flatten(overrides: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """``{"algorithm": {"lr": 1}, "run.seed": 2}`` -> ``{"algorithm.lr": 1, "run.seed": 2}``; a table
     with ``use`` stays whole, since it replaces a component."""
@@ -164,4 +200,4 @@ def flatten(overrides: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-__all__ = ["Agent", "UserError"]
+__all__ = ["Agent", "SeedAgents", "UserError"]

@@ -23,6 +23,10 @@ def add_commands(subparsers) -> None:
     run.add_argument("--seeds", metavar="SEEDS", help="one run per seed, e.g. 0-4 or 1,3,7, under --out/seed-N, "
                      "then the aggregate (rliable's IQM, mean, median and optimality gap with 95%% bootstrap "
                      "intervals, in aggregate.json) and one plot")
+    run.add_argument("--batched", action="store_true",
+                     help="with --seeds: train the seeds together in this process, their networks stacked and "
+                          "updated at once (torch.vmap), their envs stepped together; each still gets its seed-N "
+                          "directory, and rlplug resume DIR continues them")
     run.add_argument("--gap-threshold", type=float, metavar="RETURN",
                      help="with --seeds: the return the optimality gap is measured to (default: the env's "
                           "reward_threshold in gymnasium's registry, e.g. 475 for CartPole-v1)")
@@ -43,6 +47,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     get_registry().report_failures()
     if args.gap_threshold is not None and args.seeds is None:
         raise UserError("--gap-threshold sets the optimality gap of the aggregate over seeds; give --seeds too")
+    if args.batched and args.seeds is None:
+        raise UserError("--batched trains the seeds of --seeds together; give --seeds too (e.g. --seeds 0-7)")
     if args.seeds is not None:
         return run_seeds(args)
     recipe = recipes.load(args.recipe, args.overrides)
@@ -123,7 +129,8 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def run_seeds(args: argparse.Namespace) -> int:
-    """One run per seed, one after another, under one directory; then the aggregate and one plot."""
+    """One run per seed, one after another (or together, ``--batched``), under one directory; then the
+    aggregate and one plot."""
     from rlplug import recipe as recipes
 
     seeds = parse_seeds(args.seeds)
@@ -131,22 +138,56 @@ def run_seeds(args: argparse.Namespace) -> int:
         raise UserError("--seeds and --set run.seed both choose seeds; give one of them")
     recipe_by_seed = {seed: recipes.load(args.recipe, [*args.overrides, f"run.seed={seed}"]) for seed in seeds}
     from rlplug.run.directory import check_run_dir, default_run_dir
-    from rlplug.run.trainer import Run
 
     out = args.out or default_run_dir(args.recipe)
     check_run_dir(out)
-    summaries = {}
-    for seed, recipe in recipe_by_seed.items():
-        print(f"seed {seed} ({len(summaries) + 1} of {len(seeds)})", flush=True)
-        run = Run.build(recipe, out / f"seed-{seed}")
-        status = train_until_done_or_stopped(run)
+    if args.batched:
+        return run_batched(args, list(recipe_by_seed.values()), out)
+    from rlplug.run.trainer import Run
+
+    for index, (seed, recipe) in enumerate(recipe_by_seed.items()):
+        print(f"seed {seed} ({index + 1} of {len(seeds)})", flush=True)
+        status = train_until_done_or_stopped(Run.build(recipe, out / f"seed-{seed}"))
         if status:
             return status
-        summaries[seed] = json.loads((run.run_dir / "summary.json").read_text())
+    write_aggregate(out, seeds, recipe_by_seed[seeds[0]], args.gap_threshold)
+    return 0
+
+
+def run_batched(args: argparse.Namespace, recipes: list, out: Path) -> int:
+    """``--seeds --batched``: every seed's run built, trained together, then the same aggregate and plot."""
+    with long_lived_objects():
+        from rlplug.run.batched import BatchedRun
+
+        try:
+            batched = BatchedRun.build(recipes, out, {"gap_threshold": args.gap_threshold})
+        except UserError as error:
+            raise error.located(file=str(args.recipe)) from None
+    return train_batched(batched, args.gap_threshold)
+
+
+def train_batched(batched, gap_threshold: float | None) -> int:
+    """Train seeds together until done or stopped; the aggregate over the seeds that did not diverge."""
+    status = train_until_done_or_stopped(batched)
+    if status:
+        return status
+    finished = [seed for seed in batched.seeds if seed not in batched.diverged]
+    if finished:
+        write_aggregate(batched.out, finished, batched.runs[0].recipe, gap_threshold)
+    if batched.diverged:
+        raise UserError(f"{batched.out}: seed{'s' if len(batched.diverged) > 1 else ''} "
+                        f"{', '.join(map(str, batched.diverged))} diverged (stopped alone, the last good checkpoint "
+                        f"kept in seed-N/; each one's line is above); "
+                        + (f"the aggregate is over the {len(finished)} others" if finished else "no aggregate"))
+    return 0
+
+
+def write_aggregate(out: Path, seeds: list[int], recipe, gap_threshold: float | None) -> None:
+    """``aggregate.json`` over the final eval returns of ``out/seed-N`` and the curves in ``curve.png``."""
     from rlplug.run.statistics import aggregate_returns, describe_aggregate, reward_threshold
 
-    recipe = recipe_by_seed[seeds[0]]
-    threshold = args.gap_threshold if args.gap_threshold is not None else reward_threshold(env_id(recipe))
+    summaries = {seed: json.loads((out / f"seed-{seed}" / "summary.json").read_text()) for seed in seeds}
+    threshold = gap_threshold if gap_threshold is not None else reward_threshold(env_id(recipe))
     aggregate = aggregate_returns({seed: s["eval_return_mean"] for seed, s in summaries.items()},
                                   gap_threshold=threshold)
     (out / "aggregate.json").write_text(json.dumps(aggregate, indent=2) + "\n")
@@ -158,7 +199,6 @@ def run_seeds(args: argparse.Namespace) -> int:
         curves = f" (no plot: {error})"
     print(f"eval return over {len(seeds)} seeds: {describe_aggregate(aggregate)}; std {aggregate['std']:.4g}; "
           f"per seed in {out / 'aggregate.json'}{curves}")
-    return 0
 
 
 def env_id(recipe) -> str | None:
@@ -168,6 +208,10 @@ def env_id(recipe) -> str | None:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    from rlplug.run.directory import BATCHED_MARKER
+
+    if (args.run_dir / BATCHED_MARKER).is_file():
+        return resume_batched(args)
     with long_lived_objects():
         from rlplug.run.trainer import Run
 
@@ -179,6 +223,24 @@ def cmd_resume(args: argparse.Namespace) -> int:
     changed = f", with {', '.join(run.changed)} changed" if run.changed else ""
     print(f"resuming {args.run_dir} {start} {run.frames} of {run.recipe.run.total_frames}{changed}", flush=True)
     return train_until_done_or_stopped(run)
+
+
+def resume_batched(args: argparse.Namespace) -> int:
+    """``rlplug resume DIR`` of seeds trained together: on from their latest checkpoints, together again."""
+    with long_lived_objects():
+        from rlplug.run.batched import BatchedRun
+
+        batched, note = BatchedRun.resume(args.run_dir, args.overrides)
+    if batched is None:
+        raise UserError(f"{args.run_dir}: every seed diverged; nothing to resume")
+    total = batched.runs[0].recipe.run.total_frames
+    if batched.frames >= total:
+        batched.close()
+        print(f"{args.run_dir}: already trained for its {total} frames; nothing to do")
+        return 0
+    print(f"resuming {args.run_dir} (seeds {', '.join(map(str, batched.seeds))}, together) at frame "
+          f"{batched.frames} of {total}", flush=True)
+    return train_batched(batched, note.get("gap_threshold"))
 
 
 def stopped_by(error: OSError, run) -> UserError:

@@ -87,10 +87,14 @@ class Collector:
     def collect(self) -> TensorDictBase:
         with set_exploration_type(ExplorationType.RANDOM):
             batch = self._collect_arrays() if self.array_actor else self._collect_tensordicts()
+        self.record(batch)
+        return batch
+
+    def record(self, batch: TensorDictBase) -> None:
+        """The batch's rewards and ends counted into :attr:`tracker`."""
         rewards = env_rewards(batch).reshape(self.envs, self.steps).cpu().numpy()
         dones = batch.get(("next", "done")).reshape(self.envs, self.steps).cpu().numpy()
         self.tracker.add(rewards, dones)
-        return batch
 
     def _collect_tensordicts(self) -> TensorDictBase:
         if self.state is None:
@@ -110,7 +114,6 @@ class Collector:
             self.state = capability(env, protocols.Env.reset_arrays)(seed=self.seed)
             actor.seed(self.seed)
         observation = self.state
-        columns = ("obs", "action", "log_prob", "next_obs", "reward", "terminated", "truncated")
         buffers: list[np.ndarray | None] = []
         for t in range(steps):
             action, log_prob = act(observation)
@@ -125,17 +128,28 @@ class Collector:
             observation = following
         self.state = observation
 
-        tensor = {key: torch.from_numpy(buffer) for key, buffer in zip(columns, buffers) if buffer is not None}
-        action = tensor["action"]
-        if actor.one_hot:  # the actor's layout, as its log-probabilities expect
-            action = torch.nn.functional.one_hot(action, int(env.action_spec.space.n))
-        terminated, truncated = tensor["terminated"].unsqueeze(-1), tensor["truncated"].unsqueeze(-1)
-        batch = trusted(
-            {actor.observation_key: tensor["obs"], actor.action_key: action,
-             "next": {actor.observation_key: tensor["next_obs"], "reward": tensor["reward"].unsqueeze(-1),
-                      "terminated": terminated, "truncated": truncated, "done": terminated | truncated}},
-            batch_size=[envs, steps],
-        )
-        if actor.log_prob_key is not None:
-            batch.set(actor.log_prob_key, tensor["log_prob"])
+        batch = array_batch(actor, env, dict(zip(COLUMNS, buffers)), envs, steps)
         return batch if self.batch_device is None else batch.to(self.batch_device)
+
+
+#: What the array road records at each step, in the order of its buffers.
+COLUMNS = ("obs", "action", "log_prob", "next_obs", "reward", "terminated", "truncated")
+
+
+def array_batch(actor: ArrayActor, env: EnvBase, buffers: dict[str, np.ndarray | None], envs: int,
+                steps: int) -> TensorDictBase:
+    """The ``[envs, steps]`` batch in TorchRL's layout from the array road's buffers (:data:`COLUMNS`)."""
+    tensor = {key: torch.from_numpy(buffer) for key, buffer in buffers.items() if buffer is not None}
+    action = tensor["action"]
+    if actor.one_hot:  # the actor's layout, as its log-probabilities expect
+        action = torch.nn.functional.one_hot(action, int(env.action_spec.space.n))
+    terminated, truncated = tensor["terminated"].unsqueeze(-1), tensor["truncated"].unsqueeze(-1)
+    batch = trusted(
+        {actor.observation_key: tensor["obs"], actor.action_key: action,
+         "next": {actor.observation_key: tensor["next_obs"], "reward": tensor["reward"].unsqueeze(-1),
+                  "terminated": terminated, "truncated": truncated, "done": terminated | truncated}},
+        batch_size=[envs, steps],
+    )
+    if actor.log_prob_key is not None:
+        batch.set(actor.log_prob_key, tensor["log_prob"])
+    return batch

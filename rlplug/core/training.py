@@ -129,6 +129,17 @@ def summed(terms: list[torch.Tensor]) -> torch.Tensor:
     return functools.reduce(operator.add, terms)
 
 
+#: Metrics that are NaN when undefined, not when training broke: the explained variance of a batch whose
+#: value targets are all equal (a critic saturated on a solved task can make them so).
+MAY_BE_UNDEFINED = ("explained_variance",)
+
+
+def broken_metric(metrics: dict[str, float]) -> str | None:
+    """The first metric that is NaN or infinite where that means training broke, or None."""
+    return next((name for name, value in metrics.items()
+                 if not math.isfinite(value) and name not in MAY_BE_UNDEFINED), None)
+
+
 class NonFiniteError(ArithmeticError):
     """A loss or gradient became NaN or infinite; nothing was stepped."""
 

@@ -153,6 +153,36 @@ class Algorithm(Protocol):
     @optional
     def apply_gradients(self, gradients: Any) -> Any: ...
 
+    @optional
+    def batched_update(self, algorithms: list, seeds: list[int]) -> Any:
+        """Seeds trained together (``rlplug run --seeds --batched``): the update of ``algorithms`` (this one
+        first; copies built from one recipe, one per seed of ``seeds``) computed at once, a
+        :class:`BatchedUpdate`. Raises ``UserError`` where this configuration cannot be (its loss, say)."""
+
+
+class BatchedUpdate(Protocol):
+    """What :meth:`Algorithm.batched_update` returns: several seeds' copies of one algorithm learning together,
+    each exactly its own algorithm (its parameters, optimiser state and random stream), computed at once."""
+
+    def actor(self) -> Any:
+        """An :class:`rlplug.core.acting.ArrayActor` acting for every seed at once on ``[seeds, envs, ...]``."""
+
+    def update(self, batches: list) -> list[dict[str, float]]:
+        """One batch per seed learned from; each seed's metrics (plain numbers), in the same order."""
+
+    def finite(self) -> list[bool]:
+        """Whether each seed's parameters are all finite (NaN and infinity stop that seed alone)."""
+
+    def keep(self, indices: list[int]) -> None:
+        """Go on with only the seeds at these positions (the others stopped)."""
+
+    def sync(self) -> None:
+        """Each seed's algorithm brought up to date (its optimiser's state), before its checkpoint."""
+
+    def restart(self, seeds: list[int]) -> None:
+        """Each seed's own random stream (its minibatch order) starts again from these seeds, where the runs
+        restart their envs (a checkpoint): a resumed run goes on as the uninterrupted one."""
+
 
 class Estimator(Protocol):
     """An advantage or value-target estimator: a TensorDict module over ``[*batch, time]`` data writing
@@ -328,6 +358,12 @@ class Loss(Protocol):
     @optional
     def with_actor(self) -> bool:
         """Whether to compute the actor's term (TD3's algorithm turns it off on the steps it does not move it)."""
+
+    @property
+    @optional
+    def batchable(self) -> bool:
+        """Whether its forward may run under ``torch.vmap`` with each seed's parameters swapped in (seeds trained
+        together): no ``.item()`` and no state of its own changed per minibatch."""
 
     @optional
     def update_targets(self, tau: float) -> None:

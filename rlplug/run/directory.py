@@ -11,6 +11,9 @@ from pathlib import Path
 
 from rlplug.errors import UserError
 
+#: The file that marks a directory of seeds trained together (``run --seeds --batched``), for ``rlplug resume``.
+BATCHED_MARKER = "batched.json"
+
 
 def default_run_dir(recipe_path: Path) -> Path:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")

@@ -113,8 +113,10 @@ def describe_aggregate(aggregate: Mapping[str, Any]) -> str:
         value, interval = aggregate.get(metric), (aggregate.get("ci95") or {}).get(metric)
         if value is None:
             continue
-        name = {"iqm": "interquartile mean", "optimality_gap": f"optimality gap (to {aggregate['gap_threshold']:g})"}
-        parts.append(f"{name.get(metric, metric)} {value:.4g} [{interval[0]:.4g}, {interval[1]:.4g}]")
+        name = {"iqm": "interquartile mean"}.get(metric, metric)
+        if metric == "optimality_gap":  # present only with a threshold
+            name = f"optimality gap (to {aggregate['gap_threshold']:g})"
+        parts.append(f"{name} {value:.4g} [{interval[0]:.4g}, {interval[1]:.4g}]")
     return ", ".join(parts) + f" (95% intervals, {aggregate['bootstrap']['reps']} bootstrap samples)"
 
 

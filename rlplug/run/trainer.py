@@ -11,7 +11,6 @@ import contextlib
 import copy
 import io
 import json
-import math
 import sys
 import time
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ import torch
 from torchrl.envs import EnvBase
 
 from rlplug.core.process import prepare_process, quiet_torchrl, seed_everything
-from rlplug.core.training import NonFiniteError, all_finite, storages_of
+from rlplug.core.training import NonFiniteError, all_finite, broken_metric, storages_of
 from rlplug.errors import UserError, WorkersLost, reported
 from rlplug.recipe import Recipe, read_toml, validate
 from rlplug.registry import protocols
@@ -41,11 +40,6 @@ quiet_torchrl()
 
 class TrainingDiverged(UserError):
     """A loss, gradient or parameter became NaN or infinite."""
-
-
-#: Metrics that are NaN when undefined, not when training broke: the explained variance of a batch whose
-#: value targets are all equal (a critic saturated on a solved task can make them so).
-MAY_BE_UNDEFINED = ("explained_variance",)
 
 
 @dataclass
@@ -319,19 +313,21 @@ class Run:
             update = capability(self.collector, protocols.Collector.update)
             metrics = update(self.algorithm, batch) if update else self.algorithm.update(batch)
             metrics = checked_metrics(metrics, self.recipe.algorithm.title)
-            broken = next((name for name, value in metrics.items()
-                           if not math.isfinite(value) and name not in MAY_BE_UNDEFINED), None)
+            broken = broken_metric(metrics)
             if broken is None and not all_finite(self.parameter_storages()):
                 broken = "a network parameter"
         except NonFiniteError as error:
             broken = error.quantity
         if broken is None:
             return metrics
+        raise TrainingDiverged(self.divergence(broken))
+
+    def divergence(self, broken: str) -> str:
+        """The line saying that ``broken`` (a quantity) turned non-finite now, and what is kept."""
         latest = self.run_dir / "checkpoint.pt"
         kept = f"the last good checkpoint is {latest}" if latest.exists() else "no checkpoint was written yet"
-        raise TrainingDiverged(f"training diverged: {broken} is not finite at iteration {self.iterations} "
-                               f"(frame {self.frames}); {kept}; try a lower algorithm.lr or set "
-                               f"algorithm.max_grad_norm")
+        return (f"training diverged: {broken} is not finite at iteration {self.iterations} (frame {self.frames}); "
+                f"{kept}; try a lower algorithm.lr or set algorithm.max_grad_norm")
 
     def checkpoint(self) -> Path:
         """Write ``checkpoint.pt`` (the latest) and ``checkpoints/frames-N.pt`` (the last K), atomically."""

@@ -71,6 +71,11 @@ class PolicyGradientLoss(LossModule):
         """The KL penalty's beta follows each minibatch's KL."""
         return self.objective == "kl"
 
+    @property
+    def batchable(self) -> bool:
+        """Several seeds at once under ``torch.vmap``: all but the KL penalty, whose beta follows each minibatch."""
+        return self.objective != "kl"
+
     def _forward_value_estimator_keys(self, **kwargs) -> None:
         pass  # advantages and value targets come from rlplug's estimators, before the loss
 

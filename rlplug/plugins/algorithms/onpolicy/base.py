@@ -204,6 +204,12 @@ class OnPolicy:
             for p in self.parameters:
                 p.grad = torch.zeros_like(p)
 
+    def batched_update(self, algorithms: list["OnPolicy"], seeds: list[int]):
+        """The seeds' copies of this algorithm learning together (``--seeds --batched``)."""
+        from rlplug.plugins.algorithms.onpolicy.batched import OnPolicyTogether
+
+        return OnPolicyTogether(algorithms, seeds)
+
     # -- what algorithms define -----------------------------------------------------------------------
 
     def before_update(self, progress: float) -> None:
