@@ -27,12 +27,12 @@ import torch
 from rlplug.core.collect_together import CollectorsTogether
 from rlplug.core.recurrent import is_recurrent
 from rlplug.core.training import broken_metric
-from rlplug.errors import UserError
+from rlplug.errors import UserError, reported
 from rlplug.recipe import Recipe
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability, checked_metrics, conform
 from rlplug.run.directory import BATCHED_MARKER as MARKER, ensure_writable, write_atomically
-from rlplug.run.trainer import Run, episode_seed, next_multiple, reported
+from rlplug.run.trainer import Run, episode_seed, next_multiple
 
 #: The logger written once for all seeds (in the parent directory, with the means over seeds), not per seed.
 SHARED_LOGGERS = ("rlplug:console",)
