@@ -32,7 +32,9 @@ def as_evaluation_env(env, statistics: dict[str, Any]) -> None:
     shaping off, so evaluation counts the env's own episodes and rewards."""
     if statistics:
         env.load_statistics(statistics)
-    set_training = capability(env, protocols.Env.set_training)
+    # a TorchRL batched env not started yet (is_closed) recurses on any attribute it lacks; what it holds
+    # (TorchRL's own envs, e.g. DMControlEnv copies) has no training switch to turn off
+    set_training = None if getattr(env, "is_closed", False) else capability(env, protocols.Env.set_training)
     if set_training:
         set_training(False)
 
