@@ -22,14 +22,13 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from rlplug import recipe as recipes
 from rlplug.core.acting import ActorView
-from rlplug.core.envs import as_evaluation_env
+from rlplug.core.envs import as_evaluation_env, env_capability
 from rlplug.core.heads import observation_key
 from rlplug.errors import UserError
 from rlplug.run.directory import default_run_dir
 from rlplug.run.evaluation import EVAL_SEED_OFFSET, build_eval_env, evaluate
 from rlplug.run.trainer import Run
 from rlplug.registry import protocols
-from rlplug.registry.protocols import capability
 
 
 class Agent:
@@ -112,7 +111,7 @@ class Agent:
         gymnasium env gives them (a Dict observation as a dict of arrays of its Box entries); the recipe's
         observation normalisation (with the statistics learned so far) is applied here, as in training."""
         env = self.run.env
-        normalize = capability(env, protocols.Env.normalize_observation)
+        normalize = env_capability(env, protocols.Env.normalize_observation)
         if normalize:
             observation = normalize(observation)
         batch, single = observation_batch(env.observation_spec, observation)
@@ -122,7 +121,7 @@ class Agent:
         except TypeError:  # a deterministic actor or a Q-network policy: through its TensorDict interface
             key = self.run.algorithm.policy.in_keys[0]
             action = self.act(TensorDict({key: batch}, batch_size=batch.shape[:1]), deterministic).get("action")
-        read = capability(env, protocols.Env.read_action)
+        read = env_capability(env, protocols.Env.read_action)
         if read is not None:
             action = np.asarray(read(action))
         else:

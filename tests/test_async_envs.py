@@ -171,3 +171,53 @@ def test_an_env_raising_in_its_worker_ends_the_run_in_one_line_with_no_worker_le
     one_line_error(result, "RaisingCartPole-v0", "raised in its worker process",
                    "RuntimeError: the simulator lost its state")
     assert no_process_left(mark)
+
+
+# -- TorchRL envs: dm_control's copies in TorchRL's ParallelEnv ------------------------------------------------
+
+DMC_SMALL = ["--set", "run.total_frames=200", "--set", "env.num_envs=2", "--set", "env.frame_skip=50",
+             "--set", "eval.episodes=1", "--set", "algorithm.random_frames=64", "--set", "algorithm.learning_starts=64",
+             "--set", "algorithm.batch_size=32", "--set", "algorithm.policy.hidden=[16]",
+             "--set", "algorithm.critic.hidden=[16]"]
+
+
+@pytest.mark.slow
+@linux_only
+def test_dm_control_async_copies_train_as_the_sync_ones_and_end_with_the_run(tmp_path):
+    pytest.importorskip("dm_control")
+    recipe = str(ROOT / "recipes" / "dmc-cheetah-run-sac.toml")
+    straight = run_cli("run", recipe, "--out", str(tmp_path / "sync"), *DMC_SMALL)
+    assert straight.returncode == 0, straight.stderr
+
+    mark = uuid.uuid4().hex
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("RLPLUG_")}, MARK: mark}
+    parallel = subprocess.run([sys.executable, "-m", "rlplug", "run", recipe, "--out", str(tmp_path / "async"),
+                               *DMC_SMALL, *ASYNC], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert parallel.returncode == 0, parallel.stderr
+    assert no_process_left(mark)
+    # the same seeds give the same episodes in worker processes: the same learning, to the last bit
+    state = {name: torch.load(tmp_path / name / "checkpoint.pt", weights_only=True)["algorithm"]["loss"]
+             for name in ("sync", "async")}
+    assert state["sync"].keys() == state["async"].keys()
+    for name in state["sync"]:
+        assert torch.equal(state["sync"][name], state["async"][name]), name
+
+
+@pytest.mark.slow
+@linux_only
+def test_ctrl_c_stops_a_dm_control_async_run_cleanly_and_its_workers_with_it(tmp_path):
+    pytest.importorskip("dm_control")
+    mark, out = uuid.uuid4().hex, tmp_path / "run"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("RLPLUG_")}, MARK: mark}
+    process = subprocess.Popen([sys.executable, "-m", "rlplug", "run", str(ROOT / "recipes" / "dmc-cheetah-run-sac.toml"),
+                                "--out", str(out), *DMC_SMALL, "--set", "run.total_frames=1000000", *ASYNC],
+                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    wait_for(out / "metrics.csv", process)
+    assert len(carrying(mark)) >= 1 + 2  # the run and its two copies' workers
+    os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the workers get it too
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr  # the workers ignored it; the run closed them
+    assert "continue with: python -m rlplug resume" in stderr
+    assert no_process_left(mark)

@@ -28,14 +28,14 @@ from rlplug.errors import UserError
 from rlplug.core.recurrent import is_recurrent, with_recurrent_state
 from rlplug.core.tensordicts import trusted
 from rlplug.core.transformed import env_rewards
+from rlplug.core.envs import env_capability
 from rlplug.registry import protocols
-from rlplug.registry.protocols import capability
 
 def array_road_open(env: EnvBase, policy) -> bool:
     """Whether the env offers the array step now (the optional members of :class:`rlplug.registry.protocols.Env`)
     and the policy keeps no state between steps (a recurrent one goes through TensorDicts that carry it)."""
-    offered = bool(capability(env, protocols.Env.supports_tensor_steps)) and all(
-        capability(env, member) is not None for member in (protocols.Env.reset_arrays, protocols.Env.step_arrays))
+    offered = bool(env_capability(env, protocols.Env.supports_tensor_steps)) and all(
+        env_capability(env, member) is not None for member in (protocols.Env.reset_arrays, protocols.Env.step_arrays))
     return offered and not is_recurrent(policy)
 
 
@@ -71,7 +71,7 @@ class Collector:
             self.env = with_recurrent_state(env, policy)
         self.array_actor = array_actor_for(env, policy, seed) if array_road else None
         #: env.step_arrays, looked up once: through a TransformedEnv each lookup costs a __getattr__ chain
-        self.step_arrays = capability(env, protocols.Env.step_arrays) if self.array_actor else None
+        self.step_arrays = env_capability(env, protocols.Env.step_arrays) if self.array_actor else None
         #: where array-road batches go once built (None: they stay on the CPU, where numpy made them)
         self.batch_device = env.device if env.device is not None and torch.device(env.device).type != "cpu" else None
         self.tracker = EpisodeTracker(self.envs)
@@ -111,7 +111,7 @@ class Collector:
         actor, env, steps, envs = self.array_actor, self.env, self.steps, self.envs
         act, step = actor.act, self.step_arrays
         if self.state is None:
-            self.state = capability(env, protocols.Env.reset_arrays)(seed=self.seed)
+            self.state = env_capability(env, protocols.Env.reset_arrays)(seed=self.seed)
             actor.seed(self.seed)
         observation = self.state
         buffers: list[np.ndarray | None] = []

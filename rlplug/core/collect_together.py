@@ -17,8 +17,8 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from rlplug.core.acting import ArrayActor
 from rlplug.core.collect import COLUMNS, Collector, array_batch
+from rlplug.core.envs import env_capability
 from rlplug.registry import protocols
-from rlplug.registry.protocols import capability
 
 
 class CollectorsTogether:
@@ -48,7 +48,7 @@ class CollectorsTogether:
         envs, steps = collectors[0].envs, collectors[0].steps
         for collector in collectors:
             if collector.state is None:
-                collector.state = capability(collector.env, protocols.Env.reset_arrays)(seed=collector.seed)
+                collector.state = env_capability(collector.env, protocols.Env.reset_arrays)(seed=collector.seed)
         observation = np.stack([collector.state for collector in collectors])
         buffers: list[np.ndarray | None] = []
         for t in range(steps):

@@ -3,17 +3,39 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from typing import Any
 
+from torchrl.envs import TransformedEnv
+
 from rlplug.registry import protocols
-from rlplug.registry.protocols import capability
+
+_ABSENT = object()
+
+
+def env_capability(env, member: Callable) -> Any:
+    """The optional :class:`rlplug.registry.protocols.Env` ``member`` of ``env``, bound, or None: what
+    :func:`rlplug.registry.protocols.capability` is for other kinds. Looked for where it is defined, on the env
+    and then down its ``TransformedEnv`` base envs, never through TorchRL's attribute forwarding: a batched
+    env passes a name it lacks on to its copies, and a ``ParallelEnv``'s worker ends on one it cannot find
+    (one not started yet recurses)."""
+    function = member.fget if isinstance(member, property) else member
+    if not getattr(function, "__rlplug_optional__", False) or not function.__qualname__.startswith("Env."):
+        raise TypeError(f"{function.__qualname__} is not an optional member of the Env protocol")
+    name = function.__name__
+    while env is not None:
+        if inspect.getattr_static(env, name, _ABSENT) is not _ABSENT:
+            return getattr(env, name)
+        env = env.base_env if isinstance(env, TransformedEnv) else None
+    return None
 
 
 def env_statistics(env) -> dict[str, Any]:
     """What an env learns while it runs (running normalisation statistics): saved in checkpoints, copied
     (frozen) to the eval env. Envs that learn nothing need not define ``statistics()``; rlplug's gym env
     defines ``statistics()``, ``load_statistics(state)`` and ``set_training(flag)``."""
-    statistics = capability(env, protocols.Env.statistics)
+    statistics = env_capability(env, protocols.Env.statistics)
     return statistics() if statistics else {}
 
 
@@ -32,9 +54,7 @@ def as_evaluation_env(env, statistics: dict[str, Any]) -> None:
     shaping off, so evaluation counts the env's own episodes and rewards."""
     if statistics:
         env.load_statistics(statistics)
-    # a TorchRL batched env not started yet (is_closed) recurses on any attribute it lacks; what it holds
-    # (TorchRL's own envs, e.g. DMControlEnv copies) has no training switch to turn off
-    set_training = None if getattr(env, "is_closed", False) else capability(env, protocols.Env.set_training)
+    set_training = env_capability(env, protocols.Env.set_training)
     if set_training:
         set_training(False)
 

@@ -19,8 +19,8 @@ from tensordict.utils import unravel_key
 from torchrl.envs import EnvBase, FrameSkipTransform, Transform, TransformedEnv
 
 from rlplug.errors import UserError
+from rlplug.core.envs import env_capability
 from rlplug.registry import protocols
-from rlplug.registry.protocols import capability
 
 #: where a transformed env's steps keep the env's own reward, beside the (maybe reshaped) ``reward``
 ENV_REWARD = "env_reward"
@@ -64,7 +64,7 @@ class TransformedRecipeEnv(TransformedEnv):
         if read - rewards - {unravel_key(("next", key)) for key in rewards}:
             raise UserError("select_action takes observations as gymnasium gives them, and this recipe's "
                             "env.transforms change them; use Agent.act on the transformed env's TensorDicts")
-        inner = capability(self.base_env, protocols.Env.normalize_observation)
+        inner = env_capability(self.base_env, protocols.Env.normalize_observation)
         return inner(observation) if inner else observation
 
     def learning_transforms(self) -> list[tuple[int, Transform]]:
@@ -72,7 +72,7 @@ class TransformedRecipeEnv(TransformedEnv):
         return [(i, t) for i, t in enumerate(self.recipe_transforms) if hasattr(t, "freeze") and hasattr(t, "unfreeze")]
 
     def statistics(self) -> dict[str, Any]:
-        inner = capability(self.base_env, protocols.Env.statistics)
+        inner = env_capability(self.base_env, protocols.Env.statistics)
         state = dict(inner()) if inner else {}
         for index, transform in self.learning_transforms():
             state[f"transforms[{index}]"] = dict(transform.state_dict())
@@ -80,7 +80,7 @@ class TransformedRecipeEnv(TransformedEnv):
 
     def load_statistics(self, state: dict[str, Any]) -> None:
         own = {key: value for key, value in state.items() if not key.startswith("transforms[")}
-        inner = capability(self.base_env, protocols.Env.load_statistics)
+        inner = env_capability(self.base_env, protocols.Env.load_statistics)
         if own and inner:
             inner(own)
         for index, transform in self.learning_transforms():
@@ -95,7 +95,7 @@ class TransformedRecipeEnv(TransformedEnv):
                     from None
 
     def set_training(self, training: bool = True) -> None:
-        inner = capability(self.base_env, protocols.Env.set_training)
+        inner = env_capability(self.base_env, protocols.Env.set_training)
         if inner:
             inner(training)
         for _, transform in self.learning_transforms():

@@ -35,8 +35,8 @@ from rlplug.core.actions import ActionLayout, action_layout
 from rlplug.core.heads import observation_entries, observation_key
 from rlplug.core.recurrent import is_recurrent
 from rlplug.errors import UserError
+from rlplug.core.envs import env_capability
 from rlplug.registry import protocols
-from rlplug.registry.protocols import capability
 
 FORMATS = ("onnx", "torchscript")
 #: The ONNX opset written (onnxruntime 1.17 and later run it).
@@ -128,8 +128,8 @@ def deployable(run) -> Deployable:
         raise UserError(f"the policy acts in {layout.describe()}: export writes one Discrete or Box action for "
                         f"now; the checkpoint still runs with rlplug.Agent.load")
     normalizer = None
-    if capability(env, protocols.Env.normalize_observation):
-        make = capability(env, protocols.Env.observation_normalizer)
+    if env_capability(env, protocols.Env.normalize_observation):
+        make = env_capability(env, protocols.Env.observation_normalizer)
         if make is None:
             raise UserError(f"the env ({run.recipe.env.title}) normalises observations but offers no "
                             f"observation_normalizer() to export it with")

@@ -255,8 +255,11 @@ def make_dm_control(
     domain: str,
     #: the domain's task, e.g. run (cheetah), walk (walker), swingup (cartpole)
     task: str,
-    #: copies stepped one after the other in this process (TorchRL's SerialEnv)
+    #: copies of the task, batched as one env
     num_envs: Annotated[int, Range(ge=1)] = 1,
+    #: "sync" steps the copies one after the other in this process (TorchRL's SerialEnv); "async" steps each
+    #: in a worker process of its own (TorchRL's ParallelEnv), closed with the run
+    vectorization: Literal["sync", "async"] = "sync",
     #: observe the camera's image only (a float [3, pixels_size, pixels_size] entry 'pixels'); needs an
     #: OpenGL backend for MuJoCo (MUJOCO_GL=egl on a machine without a display)
     from_pixels: bool = False,
@@ -271,8 +274,8 @@ def make_dm_control(
     continuous actions in [-1, 1], rewards in [0, 1] per step."""
     from rlplug.plugins.envs.torchrl_envs import make_dm_control as make
 
-    return make(domain, task, num_envs=num_envs, from_pixels=from_pixels, pixels_size=pixels_size,
-                frame_skip=frame_skip, in_keys=in_keys, device=device)
+    return make(domain, task, num_envs=num_envs, vectorization=vectorization, from_pixels=from_pixels,
+                pixels_size=pixels_size, frame_skip=frame_skip, in_keys=in_keys, device=device)
 
 
 @hookimpl

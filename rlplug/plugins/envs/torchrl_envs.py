@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from torchrl.envs import (Compose, DoubleToFloat, EnvBase, PendulumEnv, SerialEnv, StepCounter, ToTensorImage,
-                          TransformedEnv)
+from torchrl.envs import (Compose, DoubleToFloat, EnvBase, ParallelEnv, PendulumEnv, SerialEnv, StepCounter,
+                          ToTensorImage, TransformedEnv)
 
 from rlplug.envs import one_observation
 from rlplug.errors import UserError, did_you_mean
@@ -82,9 +83,24 @@ def check_task(suite, domain: str, task: str) -> None:
                     f"{', '.join(names)}", path="env.task")
 
 
-def make_dm_control(domain: str, task: str, *, num_envs: int, from_pixels: bool, pixels_size: int,
-                    frame_skip: int, in_keys: Sequence[str] | None, device: str) -> EnvBase:
-    """``num_envs`` copies of a DeepMind Control task, stepped one after the other in this process, with
+def deaf_to_interrupts(make: Callable[[], EnvBase]) -> Callable[[], EnvBase]:
+    """``make`` that, called in a worker process, first makes the worker ignore SIGINT: a terminal's Ctrl-C
+    reaches the whole process group, and the run, which stops at the end of its iteration, closes its workers
+    itself (as the gym env's ``async`` workers do)."""
+    builder = os.getpid()
+
+    def made() -> EnvBase:
+        if os.getpid() != builder:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        return make()
+
+    return made
+
+
+def make_dm_control(domain: str, task: str, *, num_envs: int, vectorization: str = "sync", from_pixels: bool,
+                    pixels_size: int, frame_skip: int, in_keys: Sequence[str] | None, device: str) -> EnvBase:
+    """``num_envs`` copies of a DeepMind Control task, stepped one after the other in this process
+    (``vectorization = "sync"``) or each in a worker process (``"async"``, TorchRL's ``ParallelEnv``), with
     float32 observations, actions and rewards (dm_control's are float64). ``from_pixels``: the camera's
     image only, as a float ``[3, pixels_size, pixels_size]`` entry ``pixels``."""
     suite = import_suite(from_pixels)
@@ -92,6 +108,7 @@ def make_dm_control(domain: str, task: str, *, num_envs: int, from_pixels: bool,
     from torchrl.envs import DMControlEnv, DMControlWrapper
 
     def one() -> EnvBase:
+        suite = import_suite(from_pixels)  # again in a worker process: its renderer and quieted warnings
         if not from_pixels:
             return DMControlEnv(domain, task, frame_skip=frame_skip, device=device)
         # DMControlEnv renders at dm_control's default size; the camera is asked for pixels_size here instead
@@ -103,7 +120,10 @@ def make_dm_control(domain: str, task: str, *, num_envs: int, from_pixels: bool,
                                 frame_skip=frame_skip, device=device)
 
     try:
-        env = SerialEnv(num_envs, one)  # batch [num_envs], as every rlplug env, one copy included
+        if vectorization == "async":
+            env = ParallelEnv(num_envs, deaf_to_interrupts(one))
+        else:
+            env = SerialEnv(num_envs, one)  # batch [num_envs], as every rlplug env, one copy included
         transforms = [DoubleToFloat()]
         if from_pixels:
             transforms.append(ToTensorImage(in_keys=["pixels"]))
