@@ -213,6 +213,72 @@ def test_memmap_storage_writes_under_run_dir_and_reopens(tmp_path, name):
     assert 50.0 in other.sample(400)["observation"].reshape(-1).tolist()
 
 
+def episodes(first_step: int, steps: int) -> TensorDict:
+    """Two envs' steps ``first_step ..`` interleaved row by row, with ``episode`` (a new one every 7 steps of an
+    env) and ``step``, as the off-policy loop labels them for recurrent networks."""
+    t = torch.arange(first_step, first_step + steps).repeat_interleave(2)
+    env = torch.arange(2).repeat(steps)
+    td = transitions(t * 2 + env)
+    td.set("episode", env + 2 * (t // 7))
+    td.set("step", t % 7)
+    return td
+
+
+@pytest.mark.parametrize("storage", ["memory", "memmap"])
+@pytest.mark.parametrize("name", ["uniform", "prioritized"])
+def test_a_loaded_buffer_samples_what_the_saved_one_would_after_wrapping_and_writing_on(tmp_path, name, storage):
+    buffer = make(name, tmp_path, capacity=30, storage=storage)
+    buffer.extend(episodes(0, 12))
+    buffer.extend(episodes(12, 9))  # 42 rows into 30: the ring has wrapped
+    if name == "prioritized":
+        sample = buffer.sample(16)
+        buffer.update_priority(sample["index"], torch.linspace(0, 5, 16))
+    else:
+        buffer.sample_sequences(12, 4)  # the generator moves on
+    state = roundtrip(buffer.state_dict())
+    other = rlplug.make("replay_buffer", name, capacity=30, storage=storage, seed=7, run_dir=tmp_path, device="cpu")
+    other.load_state_dict(state)
+
+    def same(draw):
+        mine, theirs = draw(buffer), draw(other)
+        assert mine.batch_size == theirs.batch_size
+        for key in mine.keys(include_nested=True, leaves_only=True):
+            assert torch.equal(mine.get(key), theirs.get(key)), key
+
+    for batch in (None, episodes(21, 5)):  # as loaded, then after both store the same steps
+        if batch is not None:
+            assert torch.equal(buffer.extend(batch), other.extend(batch))
+        assert (len(other), other.cursor, other.write_count) == (len(buffer), buffer.cursor, buffer.write_count)
+        for _ in range(3):
+            same(lambda b: b.sample(16))
+            if name == "uniform":
+                same(lambda b: b.sample_sequences(12, 4))
+
+
+def test_sequences_are_consecutive_steps_of_one_episode_across_the_rings_end(tmp_path):
+    buffer = make("uniform", tmp_path, capacity=30)
+    buffer.extend(episodes(0, 20))  # 40 rows into 30: steps of both envs wrap around the ring's end
+    runs = buffer.sample_sequences(400, 4)
+    assert runs.batch_size == torch.Size([100, 4])
+    assert (runs["episode"] == runs["episode"][:, :1]).all()
+    assert (runs["step"] == runs["step"][:, :1] + torch.arange(4)).all()
+    assert runs["observation"].min() >= 10  # only what is still stored: rows 10..39
+    with pytest.raises(rlplug.UserError, match="sequence_length"):
+        buffer.sample_sequences(16, 8)  # no episode has 8 steps
+
+
+def test_a_batch_with_other_keys_is_refused(tmp_path):
+    buffer = make("uniform", tmp_path, capacity=8)
+    buffer.extend(transitions([1.0, 2.0]))
+    extra = transitions([3.0])
+    extra.set("extra", torch.zeros(1, 1))
+    with pytest.raises(ValueError, match="extra"):
+        buffer.extend(extra)
+    with pytest.raises(ValueError, match="action"):
+        buffer.extend(transitions([3.0]).exclude("action"))
+    assert len(buffer) == 2 and stored(buffer) == [1.0, 2.0]
+
+
 def test_memmap_state_without_its_files_is_a_user_error(tmp_path):
     buffer = make("uniform", tmp_path / "a", capacity=4, storage="memmap")
     buffer.extend(transitions([1.0, 2.0]))

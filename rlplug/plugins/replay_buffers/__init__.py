@@ -1,7 +1,7 @@
 """Replay buffers for off-policy algorithms: uniform and prioritised, in memory or memory-mapped on disk.
 
-Both are rings on TorchRL's storages (see :mod:`rlplug.plugins.replay_buffers.buffers` for the interface and what a checkpoint
-holds of them).
+Both are rings of TensorDict columns that the buffer writes and samples itself, with TorchRL's ``SliceSampler`` for
+sequences (see :mod:`rlplug.plugins.replay_buffers.buffers` for the interface and what a checkpoint holds of them).
 """
 
 from __future__ import annotations

@@ -1,32 +1,43 @@
-"""Replay buffers for off-policy algorithms, on TorchRL's storages and writer.
+"""Replay buffers for off-policy algorithms: rings of TensorDict columns, sampled in plain torch.
 
 :class:`ReplayBuffer` (the ``uniform`` component) and :class:`PrioritizedReplayBuffer` (``prioritized``)
 share one interface, the one ``rlplug_register_replay_buffers`` asks for:
 
 - ``extend(batch)``: a TensorDict of transitions of any batch shape, flattened to one dim, written to a
-  ring (the oldest transitions are overwritten first); returns the storage indices written.
+  ring (the oldest transitions are overwritten first); returns the storage indices written. Every batch
+  carries the keys of the first.
 - ``sample(batch_size) -> TensorDict`` of shape ``[batch_size]`` on the buffer's ``device``, drawn with
-  replacement from a ``torch.Generator`` seeded with the run's seed. The prioritised buffer adds
-  ``index`` (the storage indices, long, ``[batch_size]``) and ``weight`` (the importance weights,
-  float32, ``[batch_size]``), and takes ``update_priority(index, priority)`` with e.g. ``|td_error|``.
+  replacement from a ``torch.Generator`` seeded with the run's seed (the draw TorchRL's ``RandomSampler``
+  makes). The prioritised buffer adds ``index`` (the storage indices, long, ``[batch_size]``) and ``weight``
+  (the importance weights, float32, ``[batch_size]``), and takes ``update_priority(index, priority)`` with
+  e.g. ``|td_error|``.
 - ``sample_sequences(batch_size, length) -> TensorDict`` of shape ``[batch_size // length, length]``:
   runs of ``length`` consecutive steps of one episode (for recurrent networks), found from the ``episode``
   and ``step`` entries the transitions must carry (TorchRL's ``SliceSampler`` in its fragmented mode, so the
   steps of several envs may interleave in the ring). Uniform buffers only.
-- ``len(buffer)``, ``capacity``.
+- ``len(buffer)``, ``capacity``, ``cursor``, ``write_count``.
 - ``state_dict()`` / ``load_state_dict(state)``: plain tensors, numbers and strings, loadable with
   ``torch.load(weights_only=True)``: the write cursor, the write count, the sampler's generator state,
   the priorities, and, for ``storage = "memory"``, the stored transitions themselves (as views of the
   storage: save the state before the next ``extend``). A buffer loaded from that state samples exactly
   what the saved one would have.
 
+The ring is one tensor per (nested) key with ``capacity`` rows, allocated at the first ``extend`` from the
+first transition's keys, shapes and dtypes, as TorchRL's lazy storages allocate theirs. The buffer writes and
+reads those tensors itself and keeps its cursor and write count as plain ints: storing one transition through
+TorchRL's ``Storage.set`` costs a few times the direct write, and a step-by-step off-policy loop pays a
+write and a sample every env step (``benchmarks/replay_calls.py``). TorchRL's ``SliceSampler`` reads the
+stored rows through a ``TensorStorage`` over them (its public constructor), in a TorchRL ``ReplayBuffer``
+that hands it the buffer's generator.
+
 With ``storage = "memmap"`` the transitions live in memory-mapped files under ``RUN_DIR/replay`` (one file
-per key, TorchRL's ``LazyMemmapStorage``), and a checkpoint holds only what is listed above without the
-transitions: ``load_state_dict`` reopens the files in place. The files are not versioned with the
-checkpoints, so a run resumed from a checkpoint older than the files' last write finds the transitions
-collected since (which may have overwritten older ones) where the checkpoint expected older ones: the
-resumed run is sound but not bit-identical to one left alone. Use memory storage where exact resumption
-matters and the buffer fits in memory.
+per key and a ``meta.json``: TensorDict's memmap layout, the one TorchRL's ``LazyMemmapStorage`` writes), and
+a checkpoint holds only what is listed above without the transitions: ``load_state_dict`` reopens the files
+in place (``TensorDict.load_memmap``). The files are not versioned with the checkpoints, so a run resumed
+from a checkpoint older than the files' last write finds the transitions collected since (which may have
+overwritten older ones) where the checkpoint expected older ones: the resumed run is sound but not
+bit-identical to one left alone. Use memory storage where exact resumption matters and the buffer fits in
+memory.
 """
 
 from __future__ import annotations
@@ -36,10 +47,8 @@ from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from torchrl.data import LazyMemmapStorage, LazyTensorStorage, RandomSampler, SliceSampler
 from torchrl.data import ReplayBuffer as TorchRLReplayBuffer
-from torchrl.data.replay_buffers.samplers import Sampler
-from torchrl.data.replay_buffers.writers import RoundRobinWriter
+from torchrl.data import ImmutableDatasetWriter, SliceSampler, TensorStorage
 
 from rlplug.errors import UserError
 from rlplug.core.tensordicts import trusted
@@ -52,11 +61,11 @@ SEQUENCES_NEED_UNIFORM = ("prioritized replay samples single transitions; recurr
 
 
 class ReplayBuffer:
-    """A ring of transitions sampled uniformly with replacement (TorchRL's ``RandomSampler``).
+    """A ring of transitions sampled uniformly with replacement.
 
-    ``storage``: ``"memory"`` (``LazyTensorStorage`` on ``device``, allocated at the first ``extend``) or
-    ``"memmap"`` (``LazyMemmapStorage`` under ``run_dir / "replay"``, on the CPU; samples are moved to
-    ``device``). ``seed`` seeds the sampling generator.
+    ``storage``: ``"memory"`` (tensors on ``device``, allocated at the first ``extend``) or ``"memmap"``
+    (memory-mapped files under ``run_dir / "replay"``, on the CPU; samples are moved to ``device``). ``seed``
+    seeds the sampling generator.
     """
 
     def __init__(self, capacity: int, *, storage: str = "memory", run_dir: str | Path | None = None,
@@ -69,45 +78,45 @@ class ReplayBuffer:
         if storage == "memory":
             self.storage_device = self.device
             self.path = None
-            store = LazyTensorStorage(self.capacity, device=self.storage_device)
         elif storage == "memmap":
             if run_dir is None:
                 raise UserError("storage = 'memmap' needs a run directory to write the buffer's files into")
             self.storage_device = torch.device("cpu")
             self.path = Path(run_dir) / MEMMAP_DIR
             self.path.mkdir(parents=True, exist_ok=True)
-            store = LazyMemmapStorage(self.capacity, scratch_dir=str(self.path), device="cpu", existsok=True)
         else:
             raise ValueError(f"storage must be 'memory' or 'memmap', got {storage!r}")
         self.generator = torch.Generator(device=self._generator_device())
         self.generator.manual_seed(int(seed))
-        self._rb = TorchRLReplayBuffer(storage=store, sampler=self._make_sampler(), writer=RoundRobinWriter(),
-                                       generator=self.generator)
+        self._ring: TensorDictBase | None = None  # capacity rows, from the first extend (_allocate) or the files
+        self._columns: dict = {}  # the ring's tensors by (nested) key
+        self._cursor = 0  # the row the next transition is written to
+        self._write_count = 0  # transitions ever written, those a batch larger than the ring dropped included
         self._slices: SliceSampler | None = None  # made at the first sample_sequences
-        self._columns: dict | None = None  # the storage's tensors by key, once allocated (_storage_columns)
+        self._sequences: tuple[int, TorchRLReplayBuffer] | None = None  # (write_count, buffer) sample_sequences reads
 
     # -- what subclasses change ------------------------------------------------------------------------
 
-    def _make_sampler(self) -> Sampler:
-        return RandomSampler()
-
     def _generator_device(self) -> torch.device:
-        return self.storage_device  # RandomSampler draws indices on the storage's device
+        return self.storage_device  # uniform indices are drawn where the ring lives
+
+    def _written(self, index: torch.Tensor) -> None:
+        """Called with the storage indices of every write."""
 
     # -- the interface -----------------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return len(self._rb)
+        return min(self._write_count, self.capacity)
 
     @property
     def write_count(self) -> int:
         """How many transitions were ever written (``len`` stops at ``capacity``)."""
-        return int(self._rb._writer._write_count)
+        return self._write_count
 
     @property
     def cursor(self) -> int:
         """The storage index the next transition is written to (the oldest one once the ring is full)."""
-        return int(self._rb._writer._cursor)
+        return self._cursor
 
     def extend(self, batch: TensorDictBase) -> torch.Tensor:
         """Add transitions (any batch shape, flattened); returns the storage indices they were written to.
@@ -121,45 +130,40 @@ class ReplayBuffer:
         if batch.ndim != 1:
             batch = batch.reshape(-1)
         dropped = max(batch.batch_size.numel() - self.capacity, 0)
-        if dropped:  # written and overwritten at once: only the last ``capacity`` are kept
+        if dropped:  # written and overwritten at once: only the last ``capacity`` are kept, from the cursor on
             batch = batch[dropped:]
-        columns = self._storage_columns()
-        if columns is not None and columns.keys() == set(batch.keys(include_nested=True, leaves_only=True)):
-            index = self._write(columns, batch)
-        else:  # the first write (TorchRL allocates the storage from it), or one TorchRL must judge
-            index = self._rb.extend(batch)
-            self._columns = None
-        self._rb._writer._write_count += dropped
-        return index
-
-    def _storage_columns(self) -> dict | None:
-        """The storage's tensors by (nested) key once it is allocated, else None. Writing one transition to
-        them directly costs a fraction of going through TorchRL's buffer, writer and storage layers, for writes and
-        samples alike (``benchmarks/replay_calls.py``, BENCHMARKS.md): a step-by-step off-policy loop pays both
-        every step."""
-        if self._columns is None and self._rb._storage.initialized:
-            stored = self._rb._storage._storage
-            self._columns = {key: stored.get(key) for key in stored.keys(include_nested=True, leaves_only=True)}
-        return self._columns
-
-    def _write(self, columns: dict, batch: TensorDictBase) -> torch.Tensor:
-        """What TorchRL's round-robin writer does, key by key: write at the cursor, wrapping around the ring."""
-        writer, storage = self._rb._writer, self._rb._storage
-        count, start = batch.batch_size[0], writer._cursor
+        if self._ring is None:
+            self._allocate(batch[0])
+        else:
+            keys = set(batch.keys(include_nested=True, leaves_only=True))
+            if keys != self._columns.keys():
+                raise ValueError(f"a replay buffer stores the keys of its first batch; these differ: "
+                                 f"{sorted(map(str, keys ^ self._columns.keys()))}")
+        count, start = batch.batch_size[0], self._cursor
         first = min(count, self.capacity - start)  # the part before the ring's end; the rest wraps to 0
-        for key, column in columns.items():
+        for key, column in self._columns.items():
             values = batch.get(key)
             column[start:start + first] = values[:first]
             if first < count:
                 column[:count - first] = values[first:]
         index = torch.arange(start, start + count, device=self.storage_device) % self.capacity
-        writer._cursor = (start + count) % self.capacity
-        writer._write_count += count
-        storage._len = min(storage._len + count, self.capacity)
-        storage._set_last_cursor((start + count - 1) % self.capacity)  # an int: what TorchRL's readers coerce it to
-        storage._bump_mutation_revision()  # what TorchRL's samplers read to know their caches are stale
-        self._rb._sampler.extend(index)
+        self._cursor = (start + count) % self.capacity
+        self._write_count += count + dropped
+        self._written(index)
         return index
+
+    def _allocate(self, transition: TensorDictBase) -> None:
+        """The ring: ``capacity`` rows shaped, typed and keyed as ``transition`` (one row), uninitialised."""
+        rows = transition.to(self.storage_device).expand(self.capacity)
+        if self.storage_kind == "memmap":
+            self._hold(rows.memmap_like(prefix=str(self.path), existsok=True))
+        else:
+            self._hold(torch.empty_like(rows))
+
+    def _hold(self, ring: TensorDictBase) -> None:
+        self._ring = ring
+        self._columns = {key: ring.get(key) for key in ring.keys(include_nested=True, leaves_only=True)}
+        self._sequences = None
 
     def sample(self, batch_size: int) -> TensorDictBase:
         """``batch_size`` transitions drawn uniformly with replacement, on ``device``."""
@@ -175,29 +179,36 @@ class ReplayBuffer:
         """
         if batch_size % length:
             raise ValueError(f"batch_size ({batch_size}) must be a multiple of the sequence length ({length})")
+        if len(self) == 0:
+            raise RuntimeError("cannot sample from an empty replay buffer")
         if self._slices is None or self._slices.slice_len != length:
             self._slices = SliceSampler(slice_len=length, traj_key="episode", step_key="step", fragmented=True,
                                         strict_length=True, truncated_key=None, init_key=None)
-            self._slices._rng = self.generator
-        if len(self) == 0:
-            raise RuntimeError("cannot sample from an empty replay buffer")
+            self._sequences = None
+        if self._sequences is None or self._sequences[0] != self._write_count:
+            # A read-only TorchRL buffer over the stored rows as they are now, which hands the SliceSampler the
+            # buffer's generator. The sampler indexes the episodes of the storage it reads and keeps that index
+            # while it reads the same one: rebuilt after every write, kept between writes. compilable: plain
+            # counters instead of shared-memory ones, which cost ~0.25 ms each to create (the view is never shared).
+            stored = TensorStorage(self._ring[:len(self)], device=self.storage_device, compilable=True)
+            self._sequences = (self._write_count, TorchRLReplayBuffer(
+                storage=stored, sampler=self._slices, writer=ImmutableDatasetWriter(), generator=self.generator))
         try:
-            index, _ = self._slices.sample(self._rb._storage, int(batch_size))
+            data = self._sequences[1].sample(int(batch_size))
         except RuntimeError as error:
             if "sufficient length" not in str(error):
                 raise
             raise UserError(f"no stored episode has {length} steps yet: lower algorithm.sequence_length or raise "
                             f"algorithm.learning_starts", path="algorithm.sequence_length") from None
-        data = self._rb._storage[index].reshape(-1, length)
+        data = data.reshape(-1, length)
         return data.to(self.device) if data.device != self.device else data
 
     def _sample(self, batch_size: int) -> tuple[TensorDictBase, dict[str, Any]]:
         if len(self) == 0:
             raise RuntimeError("cannot sample from an empty replay buffer")
         index, info = self._draw(int(batch_size))
-        columns = self._storage_columns()
         nested: dict = {}
-        for key, column in columns.items():
+        for key, column in self._columns.items():
             *parents, leaf = key if isinstance(key, tuple) else (key,)
             table = nested
             for parent in parents:
@@ -223,31 +234,33 @@ class ReplayBuffer:
             "sampler": self._sampler_state(),
         }
         if self.storage_kind == "memory":
-            state["data"] = self._rb._storage._storage[:n].to_dict() if n else {}
+            state["data"] = self._ring[:n].to_dict() if n else {}
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if int(state["capacity"]) != self.capacity or state["storage"] != self.storage_kind:
             raise ValueError(f"this state is of a {state['storage']} buffer of capacity {state['capacity']}, not "
                              f"of a {self.storage_kind} buffer of capacity {self.capacity}")
-        n = int(state["len"])
-        self._rb.empty()
-        self._slices = None  # its index of episodes described the storage as it was
-        self._columns = None  # the storage may be reallocated or reopened below
-        store = self._rb._storage
-        if self.storage_kind == "memory":
-            if n:
-                data = TensorDict(state["data"], batch_size=[n])
-                store.set(torch.arange(n), data.to(self.storage_device))
+        n, write_count, cursor = int(state["len"]), int(state["write_count"]), int(state["cursor"])
+        if n != min(write_count, self.capacity) or not 0 <= cursor < self.capacity:
+            raise ValueError(f"inconsistent replay buffer state: len {n}, write_count {write_count}, cursor {cursor}")
+        self._ring, self._columns, self._sequences = None, {}, None  # allocated again at the next extend if n == 0
+        self._slices = None  # its index of episodes described the ring as it was
+        if n and self.storage_kind == "memory":
+            data = TensorDict(state["data"], batch_size=[n]).to(self.storage_device)
+            self._allocate(data[0])
+            self._ring[:n] = data
         elif n:
             if not (self.path / "meta.json").exists():
                 raise UserError(f"the replay buffer's files are missing from {self.path}: a run with memmap storage "
                                 f"resumes only where its run directory still holds them")
-            store._storage = TensorDict.load_memmap(self.path)
-            store.initialized = True
-        store._len = n
-        self._rb._writer._cursor = int(state["cursor"])
-        self._rb._writer._write_count = int(state["write_count"])
+            ring = TensorDict.load_memmap(self.path)
+            if ring.batch_size[:1] != torch.Size([self.capacity]):
+                raise UserError(f"the replay buffer's files in {self.path} hold {ring.batch_size[0]} transitions, "
+                                f"not the capacity {self.capacity} of this run's buffer")
+            self._hold(ring)
+        self._cursor = cursor
+        self._write_count = write_count
         self.generator.set_state(state["generator"])
         self._load_sampler_state(state["sampler"])
 
@@ -261,13 +274,13 @@ class ReplayBuffer:
         return f"{type(self).__name__}(len={len(self)}, capacity={self.capacity}, storage={self.storage_kind!r})"
 
 
-class SumPrioritySampler(Sampler):
+class SumPrioritySampler:
     """Proportional prioritised sampling (Schaul et al. 2016) in plain torch.
 
     Each stored item ``i`` has a priority ``p_i`` (``|priority| + eps`` as last given, or the largest
     priority seen so far when it was written) and is drawn with probability ``P(i) = p_i^alpha / sum_k
     p_k^alpha``, with replacement, by inverting the cumulative sum of ``p^alpha`` (float64) at uniform
-    draws from the buffer's generator. Importance weights are ``w_i = (N P(i))^-beta / max_k (N P(k))^-beta
+    draws from ``generator`` (the buffer's). Importance weights are ``w_i = (N P(i))^-beta / max_k (N P(k))^-beta
     = (p_i^alpha / min_k p_k^alpha)^-beta`` over the ``N`` stored items (normalised by the largest weight
     in the whole buffer, as in OpenAI Baselines and TorchRL, so weights lie in ``(0, 1]``).
 
@@ -276,8 +289,9 @@ class SumPrioritySampler(Sampler):
     does O(log capacity), but its compiled extension does not load against every torch build.
     """
 
-    def __init__(self, capacity: int, *, alpha: float, beta: float, eps: float):
-        super().__init__()
+    def __init__(self, capacity: int, *, alpha: float, beta: float, eps: float,
+                 generator: torch.Generator | None = None):
+        self.generator = generator  # None: torch's default generator
         self.capacity = int(capacity)
         self.alpha = float(alpha)
         self.beta = float(beta)
@@ -297,7 +311,7 @@ class SumPrioritySampler(Sampler):
         index = torch.as_tensor(index, dtype=torch.long).reshape(-1).cpu()
         self._set(index, torch.full(index.shape, self.max_priority, dtype=torch.float64))
 
-    def update_priority(self, index, priority, *, storage=None) -> None:
+    def update_priority(self, index, priority) -> None:
         index = torch.as_tensor(index).reshape(-1).detach().to("cpu", torch.long)
         priority = torch.as_tensor(priority).detach().to("cpu", torch.float64).reshape(-1)
         if priority.numel() == 1 and index.numel() != 1:
@@ -318,13 +332,13 @@ class SumPrioritySampler(Sampler):
         powered = self._powered[:n]
         return powered / powered.sum()
 
-    def sample(self, storage, batch_size: int) -> tuple[torch.Tensor, dict]:
-        n = len(storage)
+    def sample(self, n: int, batch_size: int) -> tuple[torch.Tensor, dict]:
+        """``batch_size`` indices among the first ``n`` items, and their importance ``weight`` (float32)."""
         if n == 0:
             raise RuntimeError("cannot sample from an empty replay buffer")
         powered = self._powered[:n]
         cumulative = powered.cumsum(0)
-        draws = torch.rand(batch_size, dtype=torch.float64, generator=self._rng) * cumulative[-1]
+        draws = torch.rand(batch_size, dtype=torch.float64, generator=self.generator) * cumulative[-1]
         index = torch.searchsorted(cumulative, draws, right=True).clamp_(max=n - 1)
         weight = (powered[index] / powered.min()).pow(-self.beta)
         return index, {"weight": weight.to(torch.float32)}
@@ -340,17 +354,6 @@ class SumPrioritySampler(Sampler):
         self._powered = self.priorities.pow(self.alpha) * (self.priorities > 0)
         self.max_priority = float(state["max_priority"])
         self.beta = float(state["beta"])
-
-    def _empty(self) -> None:
-        self.max_priority = 1.0
-        self.priorities.zero_()
-        self._powered.zero_()
-
-    def dumps(self, path):
-        raise NotImplementedError("save the buffer with state_dict()")
-
-    def loads(self, path):
-        raise NotImplementedError("load the buffer with load_state_dict()")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(alpha={self.alpha}, beta={self.beta}, eps={self.eps})"
@@ -368,24 +371,20 @@ class PrioritizedReplayBuffer(ReplayBuffer):
 
     def __init__(self, capacity: int, *, alpha: float = 0.6, beta: float = 0.4, beta_final: float | None = None,
                  eps: float = 1e-6, total_frames: int | None = None, **kwargs: Any):
-        self._sampler_args = {"capacity": capacity, "alpha": alpha, "beta": beta, "eps": eps}
+        super().__init__(capacity, **kwargs)
+        self.sampler = SumPrioritySampler(capacity, alpha=alpha, beta=beta, eps=eps, generator=self.generator)
         self.beta_initial = float(beta)
         self.beta_final = float(beta) if beta_final is None else float(beta_final)
         self.total_frames = total_frames
-        super().__init__(capacity, **kwargs)
 
-    def _make_sampler(self) -> Sampler:
-        return SumPrioritySampler(**self._sampler_args)
+    def _written(self, index: torch.Tensor) -> None:
+        self.sampler.extend(index)  # new transitions get the largest priority seen so far
 
     def _draw(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
-        return self.sampler.sample(self._rb._storage, batch_size)
+        return self.sampler.sample(len(self), batch_size)
 
     def _generator_device(self) -> torch.device:
         return torch.device("cpu")  # priorities and draws live on the CPU
-
-    @property
-    def sampler(self) -> SumPrioritySampler:
-        return self._rb._sampler
 
     @property
     def alpha(self) -> float:
