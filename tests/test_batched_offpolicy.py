@@ -221,7 +221,8 @@ def test_a_diverging_seed_stops_alone_with_its_last_good_checkpoint(tmp_path, in
     assert result.returncode == 2, result.stderr
     assert "seed 1: training diverged" in result.stderr and "the other seeds go on" in result.stderr
     diverged = json.loads((out / "seed-1" / "summary.json").read_text())
-    assert diverged["status"] == "diverged" and diverged["frames"] == 401
+    # the NaN reward is stored at frame 401; it breaks the loss once a minibatch samples it
+    assert diverged["status"] == "diverged" and 401 <= diverged["frames"] < 600
     kept = torch.load(out / "seed-1" / "checkpoint.pt", weights_only=True)
     assert kept["frames"] == 300
     assert all(torch.isfinite(value).all() for value in kept["algorithm"]["loss"].values())
