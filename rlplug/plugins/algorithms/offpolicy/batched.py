@@ -97,7 +97,7 @@ class OffPolicyTogether:
 
     def _stacked_actor(self, template) -> ArrayActor:
         """The first seed's acting network with every seed's parameters, then each seed's exploration stages."""
-        actors = [ArrayActor.for_policy(a.policy, "cpu", 0) for a in self.active]
+        actors = [ArrayActor.for_policy(a.policy, a.device, 0) for a in self.active]
         first = actors[0]
         if isinstance(first, TorchArrayActor):
             module = first.view.params_module
