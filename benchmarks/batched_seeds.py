@@ -8,6 +8,7 @@ batched run is reported as a ratio to the one-seed runs of its own round.
     python benchmarks/batched_seeds.py                         # cartpole-ppo, 1 2 4 8 16 seeds, one round
     python benchmarks/batched_seeds.py --counts 8 --rounds 3 --markdown
     python benchmarks/batched_seeds.py --sequential 8          # also plain --seeds 0-7, one after another
+    python benchmarks/batched_seeds.py --workload sac-pendulum --counts 8 --no-sb3   # no SB3 peer for SAC
 """
 
 from __future__ import annotations
@@ -23,15 +24,23 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from versus_sb3 import REPO_ROOT, WORKLOADS, child_command, log, run_child  # noqa: E402
+from versus_sb3 import REPO_ROOT, WORKLOADS, Workload, child_command, log, run_child  # noqa: E402
+
+#: workloads measured here against one seed of rlplug only (no SB3 peer: run with --no-sb3)
+OWN_WORKLOADS = {
+    # -250: issue 5's threshold for the Pendulum recipes at 20k frames; evaluated once, at the end
+    "sac-pendulum": Workload("recipes/pendulum-sac.toml", "", 20_000, -250.0, same_work=("eval.every_frames=0",)),
+}
 
 
-def batched_run(recipe: str, seeds: int, frames: int | None, out: Path, timeout: float,
+def batched_run(workload: Workload, seeds: int, frames: int | None, out: Path, timeout: float,
                 batched: bool = True) -> dict:
-    """``rlplug run RECIPE --seeds 0-(seeds-1) [--batched]``: wall time and each seed's final eval return."""
-    cmd = [sys.executable, "-m", "rlplug", "run", recipe, "--seeds", f"0-{seeds - 1}", "--out", str(out)]
+    """``rlplug run RECIPE --seeds 0-(seeds-1) [--batched]``: wall time and each seed's final eval return (the
+    same work as the one-seed run: the workload's overrides)."""
+    cmd = [sys.executable, "-m", "rlplug", "run", workload.recipe, "--seeds", f"0-{seeds - 1}", "--out", str(out)]
     cmd += ["--batched"] if batched else []
     cmd += ["--set", f"run.total_frames={frames}"] if frames else []
+    cmd += [arg for override in workload.same_work for arg in ("--set", override)]
     code, wall, rss, cpu = run_child(cmd, out.with_suffix(".log"), timeout)
     returns = {}
     for seed in range(seeds):
@@ -54,7 +63,7 @@ def single_run(workload, system: str, frames: int | None, out: Path, timeout: fl
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="ppo-cartpole")
+    parser.add_argument("--workload", choices=sorted({**WORKLOADS, **OWN_WORKLOADS}), default="ppo-cartpole")
     parser.add_argument("--counts", type=int, nargs="+", default=[1, 2, 4, 8, 16], help="seed counts, batched")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--frames", type=int, help="run.total_frames (default: the recipe's)")
@@ -63,7 +72,9 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=3600)
     parser.add_argument("--markdown", action="store_true")
     args = parser.parse_args()
-    workload = WORKLOADS[args.workload]
+    workload = {**WORKLOADS, **OWN_WORKLOADS}[args.workload]
+    if args.workload in OWN_WORKLOADS and not args.no_sb3:
+        parser.error(f"{args.workload} has no SB3 peer: add --no-sb3")
     rows = []
     with tempfile.TemporaryDirectory(prefix="rlplug-batched-") as tmp:
         for round_ in range(args.rounds):
@@ -78,12 +89,12 @@ def main() -> int:
             for count in args.counts:
                 log(f"round {round_ + 1}/{args.rounds}: {count} seeds batched")
                 rows.append((f"rlplug, {count} seeds --batched",
-                             batched_run(workload.recipe, count, args.frames, work / f"b{count}", args.timeout),
+                             batched_run(workload, count, args.frames, work / f"b{count}", args.timeout),
                              one, sb3))
             for count in args.sequential:
                 log(f"round {round_ + 1}/{args.rounds}: {count} seeds one after another")
                 rows.append((f"rlplug, {count} seeds --seeds (one after another)",
-                             batched_run(workload.recipe, count, args.frames, work / f"s{count}", args.timeout,
+                             batched_run(workload, count, args.frames, work / f"s{count}", args.timeout,
                                          batched=False), one, sb3))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
                             text=True).stdout.strip()

@@ -14,6 +14,7 @@ import rlplug
 from rlplug.core.collect import Collector
 from rlplug.core.envs import build_env
 from rlplug.core.process import seed_everything
+from rlplug.plugins.algorithms.offpolicy.sac import SAC
 from rlplug.recipe import load
 from rlplug.run.batched import BatchedRun
 from rlplug.run.trainer import Run
@@ -89,10 +90,13 @@ def test_each_seed_starts_exactly_as_its_own_run(tmp_path):
         alone.close()
 
 
-def test_refusals_name_what_cannot_be_batched(tmp_path):
+def test_refusals_name_what_cannot_be_batched(tmp_path, monkeypatch):
+    # every algorithm here declares batched_update: SAC made one without, for its refusal
+    monkeypatch.setattr(SAC, "batched_update", None, raising=False)
     cases = [
         (ROOT / "recipes" / "pendulum-ddpg-lstm.toml", [], "recurrent", "algorithm.policy"),
         (ROOT / "recipes" / "pendulum-sac.toml", [], "does not declare batched_update", "algorithm.use"),
+        (ROOT / "recipes" / "cartpole-dqn.toml", [], "no array actor", "algorithm"),
         (ROOT / "recipes" / "cartpole-ppo-kl.toml", [], "cannot compute several seeds at once", "algorithm.loss"),
         (CANONICAL, ["runner.use=ray"], "runner cannot", "runner.use"),
         (CANONICAL, ["env.transforms=[{use = \"StepCounter\"}]"], "array road", "env"),
@@ -107,8 +111,8 @@ def test_refusals_name_what_cannot_be_batched(tmp_path):
 
 def test_the_command_line_refuses_in_one_line(tmp_path):
     one_line_error(run_cli("run", str(CANONICAL), "--batched", "--out", str(tmp_path / "a")), "--seeds")
-    one_line_error(run_cli("run", str(ROOT / "recipes" / "pendulum-sac.toml"), "--seeds", "0-1", "--batched",
-                           "--out", str(tmp_path / "b")), "pendulum-sac.toml", "algorithm.use", "without --batched")
+    one_line_error(run_cli("run", str(ROOT / "recipes" / "cartpole-dqn.toml"), "--seeds", "0-1", "--batched",
+                           "--out", str(tmp_path / "b")), "cartpole-dqn.toml", "algorithm", "without --batched")
 
 
 def test_agent_trains_seeds_together(tmp_path):

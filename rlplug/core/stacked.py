@@ -23,21 +23,25 @@ from rlplug.core.training import FlatParameters
 class StackedParameters:
     """The rows of one ``[seeds, P]`` parameter, each seed's :class:`FlatParameters` made a view of its row."""
 
-    def __init__(self, flats: list[FlatParameters]):
+    def __init__(self, flats: list[FlatParameters], trained: bool = True):
+        """``trained = False`` for target networks' parameters: no gradient, moved only in place."""
         first = flats[0]
         self.shapes = [p.shape for p in first.parameters]
         self.numels = [p.numel() for p in first.parameters]
         if any([p.shape for p in flat.parameters] != self.shapes for flat in flats):
             raise ValueError("the seeds' networks differ in shape; they cannot be stacked")
-        self.stacked = torch.nn.Parameter(torch.stack([flat.flat.detach() for flat in flats]))
-        self.stacked.grad = torch.zeros_like(self.stacked)
+        self.stacked = torch.nn.Parameter(torch.stack([flat.flat.detach() for flat in flats]), requires_grad=trained)
+        if trained:
+            self.stacked.grad = torch.zeros_like(self.stacked)
         for row, flat in zip(self.stacked.data, flats):
             flat.flat.data = row
             for p, view in zip(flat.parameters, self._split(row, 0)):
                 p.data = view
 
     def _split(self, tensor: torch.Tensor, dim: int) -> list[torch.Tensor]:
-        return [piece.unflatten(dim, shape) for piece, shape in zip(tensor.split(self.numels, dim), self.shapes)]
+        # view, not unflatten: a 0-dim parameter (SAC's log alpha) is one element of the row
+        return [piece.view((*piece.shape[:dim], *shape)) for piece, shape in zip(tensor.split(self.numels, dim),
+                                                                               self.shapes)]
 
     def leaves(self, trained: bool = True) -> list[torch.Tensor]:
         """Every parameter stacked ``[seeds, *shape]``, views of the stack (differentiable where ``trained``)."""

@@ -356,6 +356,13 @@ class Loss(Protocol):
 
     @property
     @optional
+    def target_parameters(self) -> dict[str, list]:
+        """Each learner's target copies (``{"critic": [...]}``), parameter by parameter in the order of
+        ``parameter_groups[name]``: what ``update_targets`` moves each towards. Seeds trained together move
+        the stacked copies at once by it."""
+
+    @property
+    @optional
     def with_actor(self) -> bool:
         """Whether to compute the actor's term (TD3's algorithm turns it off on the steps it does not move it)."""
 

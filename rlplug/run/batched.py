@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlplug.core.collect import Collector, array_road_open
 from rlplug.core.collect_together import CollectorsTogether
 from rlplug.core.recurrent import is_recurrent
 from rlplug.core.training import broken_metric
@@ -107,7 +108,13 @@ def refuse_unbatchable_run(run: Run) -> None:
     if capability(run.algorithm, protocols.Algorithm.batched_update) is None:
         raise UserError(f"{title} does not declare batched_update, so its seeds cannot be trained together; "
                         f"{RETRY}", path="algorithm.use")
-    if not CollectorsTogether.can_take(run.collector):
+    collector = run.collector
+    if isinstance(collector, Collector) and collector.array_actor is None \
+            and array_road_open(collector.env, collector.policy):  # the env offers it, the policy has no actor
+        raise UserError(f"--batched acts for every seed with one array actor, and {title}'s policy here has no "
+                        f"array actor (epsilon-greedy; a stochastic policy with random_frames); {RETRY}",
+                        path="algorithm")
+    if not CollectorsTogether.can_take(collector):
         raise UserError(f"--batched steps the seeds' envs on the array road, which this env does not offer (a "
                         f"TorchRL env, or env.transforms); {RETRY}", path="env")
 

@@ -61,15 +61,19 @@ def polyak_update(target: nn.Module, online: nn.Module, tau: float) -> None:
 @contextlib.contextmanager
 def held_still(module: nn.Module):
     """``module``'s parameters out of the autograd graph while inside: the gradient of what is computed flows
-    to the inputs, not to them (the critic under the actor's loss)."""
-    parameters = [p for p in module.parameters() if p.requires_grad]
-    for p in parameters:
-        p.requires_grad_(False)
+    to the inputs, not to them (the critic under the actor's loss). Each parameter is replaced by its detached
+    self (the same values) and put back after, rather than switched to ``requires_grad = False``: under
+    ``torch.func.functional_call`` and ``torch.vmap`` (seeds trained together) the module holds the tensors
+    swapped in, whose flag cannot be switched and reads False."""
+    held = [(owner, name, value) for owner in module.modules() for name, value in owner._parameters.items()
+            if value is not None]
+    for owner, name, value in held:
+        owner._parameters[name] = value.detach()
     try:
         yield
     finally:
-        for p in parameters:
-            p.requires_grad_(True)
+        for owner, name, value in held:
+            owner._parameters[name] = value
 
 
 @dataclass
@@ -137,9 +141,20 @@ class ActorCriticLoss(LossModule):
         critic_term = "loss_value" if variant == "ddpg" else "loss_qvalue"
         self.parameter_groups = {"actor": list(actor.parameters()), "critic": list(self.critic_networks.parameters())}
         self.term_learners = {"loss_actor": "actor", critic_term: "critic"}
-        if variant == "sac" and learn_alpha:
+        self.learn_alpha = variant == "sac" and learn_alpha  # not log_alpha.requires_grad: False under vmap
+        if self.learn_alpha:
             self.parameter_groups["entropy"] = [self.log_alpha]
             self.term_learners["loss_alpha"] = "entropy"
+        #: each learner's target copies, parameter by parameter as in parameter_groups (update_targets' pairs)
+        self.target_parameters = {"critic": list(self.target_critics.parameters())}
+        if self.target_actor is not None:
+            self.target_parameters["actor"] = list(self.target_actor.parameters())
+
+    @property
+    def batchable(self) -> bool:
+        """Several seeds at once under ``torch.vmap`` (seeds trained together): feed-forward networks only (the
+        sequences of recurrent ones are not stacked)."""
+        return not is_recurrent(self.actor_network) and not is_recurrent(self.critic_networks)
 
     def forward(self, data: TensorDictBase) -> TensorDictBase:
         sample = Sample.of(data, self.burn_in)
@@ -187,7 +202,7 @@ class ActorCriticLoss(LossModule):
             q_pi = torch.stack([q(sample.observation, action).float() for q in self.q]).min(0).values
         out = {"loss_qvalue": critic, "loss_actor": (alpha * log_prob - q_pi).mean(),
                "alpha": alpha, "entropy": -log_prob.detach().mean()}
-        if self.log_alpha.requires_grad:
+        if self.learn_alpha:
             out["loss_alpha"] = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
         return out, td_error
 
@@ -221,6 +236,12 @@ class DQNObjective(LossModule):
         self.target_q = tensor_function(self.target_value_network, [observation_key])
         self.parameter_groups = {"q": list(q_network.parameters())}
         self.term_learners = {"loss": "q"}
+        self.target_parameters = {"q": list(self.target_value_network.parameters())}
+
+    @property
+    def batchable(self) -> bool:
+        """Several seeds at once under ``torch.vmap`` (seeds trained together)."""
+        return True
 
     def forward(self, data: TensorDictBase) -> TensorDictBase:
         sample = Sample.of(data)

@@ -189,22 +189,40 @@ class OffPolicy:
     # -- 3. learning ----------------------------------------------------------------------------------
 
     def update(self, batch: TensorDictBase) -> dict[str, float]:
-        config = self.config
+        result = self.start_update(batch)
+        if not self.learning():
+            return {**result, **self.extra_metrics()}
+        metrics = MetricMean()
+        for sample in self.samples():
+            self.gradient_step(sample, metrics)
+            self.steps += 1
+            self.new_priorities(sample, sample.get("td_error", None))
+        return {**result, **metrics.means(), **self.extra_metrics()}
+
+    def start_update(self, batch: TensorDictBase) -> dict[str, float]:
+        """Steps 1 and 2 of an update: the batch stored, the schedules followed; their metrics."""
         frames_before = self.frames
         self.frames += batch.numel()
         self.store(batch)
         result = self.follow_schedules()
         self.before_update(frames_before)
         result["buffer_size"] = float(len(self.replay))
-        if self.frames < config.learning_starts or len(self.replay) < config.batch_size:
-            return {**result, **self.extra_metrics()}
-        metrics = MetricMean()
-        for sample in self.samples():
-            self.gradient_step(sample, metrics)
-            self.steps += 1
-            if "index" in sample.keys() and "td_error" in sample.keys():
-                self.replay.update_priority(sample.get("index"), sample.get("td_error"))
-        return {**result, **metrics.means(), **self.extra_metrics()}
+        return result
+
+    def learning(self) -> bool:
+        """Whether this update takes gradient steps (from ``learning_starts`` on, with a batch in the buffer)."""
+        return self.frames >= self.config.learning_starts and len(self.replay) >= self.config.batch_size
+
+    def new_priorities(self, sample: TensorDictBase, td_error: torch.Tensor | None) -> None:
+        """A prioritised buffer's new priorities for ``sample``, from the TD errors the loss wrote."""
+        if td_error is not None and "index" in sample.keys():
+            self.replay.update_priority(sample.get("index"), td_error)
+
+    def batched_update(self, algorithms: list["OffPolicy"], seeds: list[int]):
+        """Seeds trained together (:class:`~rlplug.plugins.algorithms.offpolicy.batched.OffPolicyTogether`)."""
+        from rlplug.plugins.algorithms.offpolicy.batched import OffPolicyTogether
+
+        return OffPolicyTogether(algorithms, seeds)
 
     def gradient_step(self, sample: TensorDictBase, metrics: MetricMean) -> None:
         """The loss's terms on ``sample``; one backward pass of the sum of those whose learners step now; the

@@ -1,0 +1,232 @@
+"""Off-policy seeds trained together (``run --seeds --batched``: SAC, DDPG, TD3): each seed's gradient steps are
+its own algorithm's (parameters, targets, entropy coefficient, optimiser state), acting keeps each seed's
+exploration, a NaN stops one seed alone, resume goes on, and what cannot be batched is refused in one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributions.normal as normal_module
+from torchrl.envs.utils import ExplorationType, set_exploration_type
+
+import rlplug
+from rlplug.core.collect import Collector
+from rlplug.core.envs import build_env
+from rlplug.core.process import seed_everything
+from rlplug.plugins.algorithms.offpolicy import batched as offpolicy_batched
+from rlplug.recipe import load
+from rlplug.run.batched import BatchedRun
+from tests.conftest import ROOT, one_line_error, rlplug_cli, run_cli
+
+RECIPES = ROOT / "recipes"
+SAC = RECIPES / "pendulum-sac.toml"
+#: small updates: 64 frames stored, 3 gradient steps of 32 samples
+SMALL = ["algorithm.steps_per_update=64", "algorithm.gradient_steps=3", "algorithm.batch_size=32",
+         "algorithm.learning_starts=0"]
+
+
+def built_algorithm(recipe_path: Path, seed: int, overrides: list[str]):
+    """The algorithm of ``seed``'s run and two batches collected by its own collector (as Run builds them)."""
+    recipe = load(recipe_path, [f"run.seed={seed}", *overrides])
+    seed_everything(seed)
+    env = build_env(recipe.env)
+    algorithm = recipe.algorithm.build(observation_spec=env.observation_spec, action_spec=env.action_spec,
+                                       device="cpu", seed=seed, total_frames=recipe.run.total_frames,
+                                       run_dir=Path("unused"))
+    collector = Collector(env, algorithm.policy, algorithm.frames_per_batch, seed)
+    return algorithm, [collector.collect() for _ in range(2)]
+
+
+def fixed_noise(shape, dtype, device) -> torch.Tensor:
+    """The same reparameterisation noise alone and together (a seed's own draws come from torch's generator
+    alone and from vmap's together, which cannot be compared)."""
+    count = torch.Size(shape).numel()
+    return torch.linspace(-1.5, 1.5, count, dtype=dtype, device=device).reshape(shape)
+
+
+def own_state(algorithm) -> dict[str, torch.Tensor]:
+    """Every trained and target parameter of the loss, by name, and each learner's optimiser moments."""
+    state = {name: p.detach().clone() for name, p in algorithm.loss_module.named_parameters()}
+    for name, optimiser in algorithm.learners.optimisers.items():
+        for key, value in optimiser.state_dict()["state"][0].items():
+            state[f"{name}.{key}"] = value.clone()
+    return state
+
+
+@pytest.mark.parametrize("recipe, overrides", [
+    (SAC, []),
+    (SAC, ["algorithm.max_grad_norm=0.5", "algorithm.lr_schedule='linear'"]),  # clipped per seed
+    (SAC, ["algorithm.learn_entropy_coef=false", "algorithm.initial_entropy_coef=0.2"]),  # alpha fixed
+    (RECIPES / "pendulum-ddpg.toml", []),
+    (RECIPES / "pendulum-td3.toml", ["algorithm.target_policy_noise=0.0"]),  # the actor and targets every 2nd step
+    (SAC, ["algorithm.replay_buffer.use='prioritized'"]),  # each seed's priorities from its own TD errors
+])
+def test_a_stacked_gradient_step_is_each_seeds_own(recipe, overrides, monkeypatch):
+    """Two updates (six gradient steps) of seeds 0, 5 and 9 together against each seed's algorithm alone on the
+    same batches, from the same start: every parameter, target, entropy coefficient, optimiser moment and metric
+    equal up to rounding. Catches a gradient leaking between seeds or between learners (the actor's term into
+    the critic), clipping over all seeds, optimiser state not per seed, targets moved wrong or not per seed."""
+    monkeypatch.setattr(normal_module, "_standard_normal", fixed_noise)
+    monkeypatch.setattr(offpolicy_batched, "_standard_normal", fixed_noise)
+    seeds = [0, 5, 9]
+    overrides = [*SMALL, *overrides]
+    together_built = [built_algorithm(recipe, seed, overrides) for seed in seeds]
+    alone_built = [built_algorithm(recipe, seed, overrides) for seed in seeds]
+    algorithms = [a for a, _ in together_built]
+    together = algorithms[0].batched_update(algorithms, seeds)
+    for update in range(2):
+        metrics = together.update([batches[update].clone() for _, batches in together_built])
+        for (alone, batches), seed_metrics in zip(alone_built, metrics):
+            expected = alone.update(batches[update].clone())
+            assert seed_metrics.keys() == expected.keys()
+            for name, value in expected.items():
+                assert seed_metrics[name] == pytest.approx(value, rel=1e-3, abs=1e-5), name
+    together.sync()
+    for batched, (alone, _) in zip(algorithms, alone_built):
+        assert batched.steps == alone.steps == 6
+        mine, theirs = own_state(batched), own_state(alone)
+        assert mine.keys() == theirs.keys()
+        for name, value in theirs.items():
+            torch.testing.assert_close(mine[name], value, rtol=1e-4, atol=1e-5, msg=name)
+    moved = own_state(algorithms[1])
+    assert any(not torch.equal(moved[name], value) for name, value in own_state(alone_built[0][0]).items()
+               if name.startswith("target")), "each seed's targets are its own"
+
+
+def test_each_seed_draws_its_own_noise():
+    """Together, two seeds with the same parameters and the same sample get different reparameterised actions
+    (vmap's randomness per seed), so their losses differ."""
+    algorithms = [built_algorithm(SAC, 0, SMALL)[0] for _ in range(2)]
+    batch = built_algorithm(SAC, 0, SMALL)[1][0]
+    together = algorithms[0].batched_update(algorithms, [0, 1])
+    metrics = together.update([batch.clone(), batch.clone()])
+    assert metrics[0]["loss_actor"] != metrics[1]["loss_actor"]
+
+
+def test_acting_keeps_each_seeds_exploration():
+    """DDPG's stacked actor: each seed's own network (its deterministic action), then its own random-action
+    phase and noise; an exploring seed's actions are not another's."""
+    algorithms = [built_algorithm(RECIPES / "pendulum-ddpg.toml", seed, SMALL)[0] for seed in (0, 1)]
+    together = algorithms[0].batched_update(algorithms, [0, 1])
+    actor = together.actor()
+    observation = torch.randn(2, 1, 3).numpy()
+    for algorithm in algorithms:
+        algorithm.random_actions.active = False
+        algorithm.noise.initial_sigma = 0.0
+    action, _ = actor.act(observation)
+    for k, algorithm in enumerate(algorithms):
+        expected = algorithm.actor.module(torch.from_numpy(observation[k]))
+        torch.testing.assert_close(torch.from_numpy(action[k]), expected.clamp(-2, 2))
+    algorithms[1].random_actions.active = True  # seed 1 still in its random phase: uniform in the bounds
+    with torch.no_grad(), set_exploration_type(ExplorationType.RANDOM):
+        action, _ = actor.act(observation)
+    torch.testing.assert_close(torch.from_numpy(action[0]), algorithms[0].actor.module(
+        torch.from_numpy(observation[0])).detach().clamp(-2, 2))
+    assert not torch.allclose(torch.from_numpy(action[1]), algorithms[1].actor.module(
+        torch.from_numpy(observation[1])).detach().clamp(-2, 2))
+
+
+def test_refusals_name_what_cannot_be_batched(tmp_path):
+    cases = [
+        (SAC, ["algorithm.loss.use='SACLoss'"], "cannot compute several seeds at once", "algorithm.loss"),
+        (SAC, ["algorithm.observation_preprocessor='running-standard-scaler'"], "preprocessor",
+         "algorithm.observation_preprocessor"),
+        (RECIPES / "halfcheetah-sac.toml", ["env.id='Pendulum-v1'"], "array actor", "algorithm"),
+    ]
+    for index, (recipe, overrides, message, path) in enumerate(cases):
+        recipes = [load(recipe, [f"run.seed={seed}", *overrides]) for seed in (0, 1)]
+        with pytest.raises(rlplug.UserError, match=message) as caught:
+            BatchedRun.build(recipes, tmp_path / str(index))
+        assert caught.value.path == path
+        assert not (tmp_path / str(index) / "seed-0").exists(), "a refused run leaves no directory"
+
+
+def test_the_command_line_refuses_in_one_line(tmp_path):
+    one_line_error(run_cli("run", str(SAC), "--seeds", "0-1", "--batched", "--set", "algorithm.loss.use='SACLoss'",
+                           "--out", str(tmp_path / "b")), "SACLoss", "algorithm.loss", "without --batched")
+    assert not (tmp_path / "b" / "seed-0").exists()
+
+
+SHORT_SAC = ["run.total_frames=600", "run.checkpoint_every_frames=300", "eval.episodes=1", "eval.every_frames=0",
+             "algorithm.learning_starts=100", "algorithm.batch_size=64"]
+
+
+@pytest.mark.slow
+def test_batched_sac_writes_each_seeds_directory_and_resumes(tmp_path):
+    out = tmp_path / "run"
+    result = run_cli("run", str(SAC), "--seeds", "0-1", "--batched", "--out", str(out),
+                     *[arg for o in SHORT_SAC for arg in ("--set", o)])
+    assert result.returncode == 0, result.stderr
+    assert set(json.loads((out / "aggregate.json").read_text())["seeds"]) == {"0", "1"}
+    for seed in (0, 1):
+        directory = out / f"seed-{seed}"
+        summary = json.loads((directory / "summary.json").read_text())
+        assert (summary["status"], summary["frames"], summary["seed"]) == ("finished", 600, seed)
+        assert (directory / "metrics.csv").is_file()
+        checkpoint = torch.load(directory / "checkpoint.pt", weights_only=True)
+        assert checkpoint["frames"] == 600 and checkpoint["algorithm"]["steps"] == 501
+    result = run_cli("resume", str(out), "--set", "run.total_frames=900")
+    assert result.returncode == 0, result.stderr
+    assert "seeds 0, 1, together" in result.stdout
+    assert {json.loads((out / f"seed-{s}" / "summary.json").read_text())["frames"] for s in (0, 1)} == {900}
+    evaluated = run_cli("eval", str(out / "seed-1"), "--episodes", "1")  # a seed's directory is a run's
+    assert evaluated.returncode == 0, evaluated.stderr
+
+
+POISONED_ENV = """
+import numpy as np
+import rlplug
+from rlplug.plugins.envs.gym import make_gym_vector_env
+
+
+def make_poisoned(poisoned_seed: int = 1, after_steps: int = 400):
+    '''Pendulum whose rewards turn NaN after a while in the envs of one seed's run (reset with that seed).'''
+    env = make_gym_vector_env("Pendulum-v1", num_envs=1, max_episode_steps=None, make_kwargs={})
+    reset, step = env.reset_arrays, env.step_arrays
+    state = {"poisoned": False, "steps": 0}
+
+    def reset_arrays(seed=None):
+        state["poisoned"] = state["poisoned"] or seed == poisoned_seed
+        return reset(seed=seed)
+
+    def step_arrays(action):
+        transition = step(action)
+        state["steps"] += 1
+        if state["poisoned"] and state["steps"] > after_steps:
+            return transition._replace(reward=np.full_like(transition.reward, np.nan))
+        return transition
+
+    env.reset_arrays, env.step_arrays = reset_arrays, step_arrays
+    return env
+
+
+@rlplug.hookimpl
+def rlplug_register_envs(register):
+    register("poisoned-pendulum", make_poisoned)
+"""
+
+
+@pytest.mark.slow
+def test_a_diverging_seed_stops_alone_with_its_last_good_checkpoint(tmp_path, install):
+    where = install({"poisoned": POISONED_ENV})
+    recipe = tmp_path / "poisoned.toml"
+    recipe.write_text(SAC.read_text().replace('use = "gym"\nid = "Pendulum-v1"\nnum_envs = 1',
+                                              'use = "poisoned-pendulum"\npoisoned_seed = 1'))
+    out = tmp_path / "run"
+    result = rlplug_cli("run", str(recipe), "--seeds", "0-2", "--batched", "--out", str(out),
+                        *[arg for o in SHORT_SAC for arg in ("--set", o)], path=where, timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert "seed 1: training diverged" in result.stderr and "the other seeds go on" in result.stderr
+    diverged = json.loads((out / "seed-1" / "summary.json").read_text())
+    # the NaN reward is stored at frame 401; it breaks the loss once a minibatch samples it
+    assert diverged["status"] == "diverged" and 401 <= diverged["frames"] < 600
+    kept = torch.load(out / "seed-1" / "checkpoint.pt", weights_only=True)
+    assert kept["frames"] == 300
+    assert all(torch.isfinite(value).all() for value in kept["algorithm"]["loss"].values())
+    for seed in (0, 2):
+        assert json.loads((out / f"seed-{seed}" / "summary.json").read_text())["status"] == "finished"
+    result = rlplug_cli("resume", str(out), "--set", "run.total_frames=900", path=where, timeout=300)
+    assert result.returncode == 0 and "seeds 0, 2, together" in result.stdout, result.stderr
