@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from torchrl.envs import EnvBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
@@ -26,7 +26,6 @@ from rlplug.core.acting import ActorView, ArrayActor
 from rlplug.core.episodes import EpisodeTracker
 from rlplug.errors import UserError
 from rlplug.core.recurrent import is_recurrent, with_recurrent_state
-from rlplug.core.tensordicts import trusted
 from rlplug.core.transformed import env_rewards
 from rlplug.core.envs import env_capability
 from rlplug.registry import protocols
@@ -144,7 +143,7 @@ def array_batch(actor: ArrayActor, env: EnvBase, buffers: dict[str, np.ndarray |
     if actor.one_hot:  # the actor's layout, as its log-probabilities expect
         action = torch.nn.functional.one_hot(action, int(env.action_spec.space.n))
     terminated, truncated = tensor["terminated"].unsqueeze(-1), tensor["truncated"].unsqueeze(-1)
-    batch = trusted(
+    batch = TensorDict(
         {actor.observation_key: tensor["obs"], actor.action_key: action,
          "next": {actor.observation_key: tensor["next_obs"], "reward": tensor["reward"].unsqueeze(-1),
                   "terminated": terminated, "truncated": truncated, "done": terminated | truncated}},

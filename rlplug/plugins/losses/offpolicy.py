@@ -31,14 +31,13 @@ import math
 from dataclasses import dataclass
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from torch import nn
 from torch.nn import functional
 from torchrl.objectives import LossModule
 
 from rlplug.core.acting import ActorView, tensor_function
 from rlplug.core.recurrent import ObservationSequence, is_recurrent, sequence_function
-from rlplug.core.tensordicts import trusted
 
 
 def target_copy(network: nn.Module) -> nn.Module:
@@ -164,7 +163,7 @@ class ActorCriticLoss(LossModule):
             out, td_error = self.deterministic_terms(sample)
         if not isinstance(sample.observation, ObservationSequence):  # sequences learn without priorities
             data.set("td_error", td_error.detach().abs().reshape(-1))
-        return trusted(out, [])
+        return TensorDict(out, batch_size=[])
 
     def critic_term(self, sample: Sample, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Sum over the critics of the weighted squared TD errors; and the first critic's TD error."""
@@ -258,7 +257,7 @@ class DQNObjective(LossModule):
         q = self.q(sample.observation).float().gather(-1, index)
         loss = sample.mean(functional.smooth_l1_loss(q, target, reduction="none"))
         data.set("td_error", (q.detach() - target).abs().reshape(-1))
-        return trusted({"loss": loss, "q_value": q.detach().mean()}, [])
+        return TensorDict({"loss": loss, "q_value": q.detach().mean()}, batch_size=[])
 
     @torch.no_grad()
     def update_targets(self, tau: float) -> None:

@@ -22,12 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from torch.nn import functional
 from torchrl.objectives import LossModule
 
 from rlplug.core.acting import ActorView, tensor_function
-from rlplug.core.tensordicts import trusted
 
 OBJECTIVES = ("score", "ratio", "clip", "kl")
 
@@ -102,7 +101,7 @@ class PolicyGradientLoss(LossModule):
                     out["clip_fraction"] = ((ratio - 1).abs() > self.clip_epsilon).float().mean()
                 if self.objective == "kl":
                     out["kl_beta"] = self.beta.clone()
-        return trusted(out, [])
+        return TensorDict(out, batch_size=[])
 
     def policy_objective(self, log_prob: torch.Tensor, log_ratio: torch.Tensor,
                          advantage: torch.Tensor) -> torch.Tensor:

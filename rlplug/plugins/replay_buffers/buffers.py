@@ -51,7 +51,6 @@ from torchrl.data import ReplayBuffer as TorchRLReplayBuffer
 from torchrl.data import ImmutableDatasetWriter, SliceSampler, TensorStorage
 
 from rlplug.errors import UserError
-from rlplug.core.tensordicts import trusted
 
 #: Where, under the run directory, memory-mapped storage writes its files.
 MEMMAP_DIR = "replay"
@@ -214,7 +213,7 @@ class ReplayBuffer:
             for parent in parents:
                 table = table.setdefault(parent, {})
             table[leaf] = column.index_select(0, index).to(self.device)
-        return trusted(nested, batch_size=[len(index)], device=self.device), {"index": index, **info}
+        return TensorDict(nested, batch_size=[len(index)], device=self.device), {"index": index, **info}
 
     def _draw(self, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
         """The storage indices of one sample, and what else the sampler says about them: uniform here (the

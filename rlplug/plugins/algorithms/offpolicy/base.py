@@ -32,11 +32,10 @@ import operator
 from collections.abc import Iterator
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 from torch import nn
 
-from rlplug.core.tensordicts import trusted
 from rlplug.core.training import MetricMean, summed
 from rlplug.errors import UserError
 from rlplug.networks import is_discrete, observation_key
@@ -156,7 +155,7 @@ class OffPolicy:
         if config.reward_clip is not None:
             reward = reward.clamp(-config.reward_clip, config.reward_clip)
         observation = flat(key)
-        transitions = trusted({
+        transitions = TensorDict({
             "observation": observation, "action": flat("action"),
             "next": {"observation": flat(("next", key)), "reward": reward, "terminated": flat(("next", "terminated"))},
         }, batch_size=[batch.numel()])
@@ -262,7 +261,7 @@ class OffPolicy:
             observations = torch.cat([sample.get("observation"), sample.get(("next", "observation"))[:, -1:]], 1)
             stored = sample.get("is_init").bool()
             is_init = torch.cat([torch.ones_like(stored[:, :1]), stored[:, 1:], torch.zeros_like(stored[:, :1])], 1)
-            yield trusted({
+            yield TensorDict({
                 "observation": self.preprocess(observations), "is_init": is_init,
                 "action": sample.get("action")[:, start:],
                 "next": {"reward": sample.get(("next", "reward"))[:, start:],

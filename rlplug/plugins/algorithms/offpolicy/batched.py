@@ -23,11 +23,10 @@ from dataclasses import replace
 import numpy as np
 import torch
 import torch.distributions.normal as normal_module
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 from rlplug.core.acting import ArrayActor, ChainArrayActor, TorchArrayActor
 from rlplug.core.stacked import StackedParameters, stacked_optimiser, store_rows
-from rlplug.core.tensordicts import trusted
 from rlplug.core.training import FlatParameters, set_learning_rate, summed
 from rlplug.errors import UserError
 from rlplug.registry import protocols
@@ -205,7 +204,7 @@ class OffPolicyTogether:
 
 def seed_loss(loss: torch.nn.Module, sample: dict) -> tuple[dict[str, torch.Tensor], torch.Tensor | None]:
     """One seed's loss terms on its sample (inside vmap), and the TD errors the loss wrote (for priorities)."""
-    data = trusted(sample, [sample["observation"].shape[0]])
+    data = TensorDict(sample, batch_size=[sample["observation"].shape[0]])
     out = loss(data)
     return dict(out.items()), data.get("td_error", None)
 

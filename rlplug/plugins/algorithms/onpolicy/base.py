@@ -23,7 +23,6 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
 from rlplug.core.acting import ActorView, tensor_function
-from rlplug.core.tensordicts import trusted
 from rlplug.core.training import (FlatParameters, MetricMean, clip_and_step, load_optimiser_state, make_optimizer,
                                   optimiser_step, scheduled_lr, set_learning_rate, summed)
 from rlplug.errors import UserError
@@ -260,12 +259,12 @@ class Prepared:
     def minibatch(self, index: int) -> TensorDictBase:
         """The epoch's minibatch ``index`` as a TensorDict; index 0 starts an epoch with a new partition."""
         if self.minibatch_size >= self.length:
-            return trusted(self.data, [self.length])
+            return TensorDict(self.data, batch_size=[self.length])
         if index == 0:
             device = self.data["advantage"].device
             self.order = list(torch.randperm(self.length, device=device).split(self.minibatch_size))
         indices = self.order[index]
-        return trusted({key: value[indices] for key, value in self.data.items()}, [len(indices)])
+        return TensorDict({key: value[indices] for key, value in self.data.items()}, batch_size=[len(indices)])
 
 
 @torch.no_grad()

@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 import torch
+from tensordict import TensorDict
 
 from rlplug.core.acting import TorchArrayActor
 from rlplug.core.stacked import StackedParameters, one_flat_parameter, stacked_optimiser, store_rows
-from rlplug.core.tensordicts import trusted
 from rlplug.core.training import set_learning_rate
 from rlplug.errors import UserError
 from rlplug.registry import protocols
@@ -57,7 +57,7 @@ class OnPolicyTogether:
 
     def _seed_loss(self, template, minibatch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
         length = next(iter(minibatch.values())).shape[0]
-        return template.loss(trusted(minibatch, [length]), self.diagnostics)
+        return template.loss(TensorDict(minibatch, batch_size=[length]), self.diagnostics)
 
     def actor(self) -> TorchArrayActor:
         return self._actor
