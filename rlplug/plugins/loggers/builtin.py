@@ -292,8 +292,8 @@ class TensorBoardLogger:
 
         gif, width, height = mp4_as_gif(path)
         image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=gif)
-        self.writer._get_file_writer().add_summary(Summary(value=[Summary.Value(tag="eval_video", image=image)]),
-                                                   global_step=frames)
+        self.writer.file_writer.add_summary(Summary(value=[Summary.Value(tag="eval_video", image=image)]),
+                                            global_step=frames)
 
     def close(self, summary: dict) -> None:
         self.writer.flush()
