@@ -25,7 +25,6 @@ With recurrent networks (:mod:`rlplug.core.recurrent`), a sample is ``[sequences
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import math
 from dataclasses import dataclass
@@ -57,22 +56,23 @@ def polyak_update(target: nn.Module, online: nn.Module, tau: float) -> None:
             t.lerp_(o, tau)
 
 
-@contextlib.contextmanager
-def held_still(module: nn.Module):
-    """``module``'s parameters out of the autograd graph while inside: the gradient of what is computed flows
-    to the inputs, not to them (the critic under the actor's loss). Each parameter is replaced by its detached
-    self (the same values) and put back after, rather than switched to ``requires_grad = False``: under
-    ``torch.func.functional_call`` and ``torch.vmap`` (seeds trained together) the module holds the tensors
-    swapped in, whose flag cannot be switched and reads False."""
-    held = [(owner, name, value) for owner in module.modules() for name, value in owner._parameters.items()
-            if value is not None]
-    for owner, name, value in held:
-        owner._parameters[name] = value.detach()
-    try:
-        yield
-    finally:
-        for owner, name, value in held:
-            owner._parameters[name] = value
+class HeldStill(nn.Module):
+    """A function of ``networks`` that :meth:`still` computes with their parameters out of the autograd graph:
+    the gradient of what it returns flows to its inputs, not to them (the critics under the actor's term).
+    The parameters are swapped for their detached selves (the same values) by ``torch.func.functional_call``
+    rather than switched to ``requires_grad = False``: under ``torch.func.functional_call`` and ``torch.vmap``
+    (seeds trained together) the networks hold the tensors swapped in, whose flag cannot be switched."""
+
+    def __init__(self, networks: nn.Module, function):
+        super().__init__()
+        self.networks, self.function = networks, function
+
+    def forward(self, *args: torch.Tensor) -> torch.Tensor:
+        return self.function(*args)
+
+    def still(self, *args: torch.Tensor) -> torch.Tensor:
+        detached = {f"networks.{name}": value.detach() for name, value in self.networks.named_parameters()}
+        return torch.func.functional_call(self, detached, args)
 
 
 @dataclass
@@ -124,6 +124,11 @@ class ActorCriticLoss(LossModule):
         function = sequence_function if sequences else tensor_function
         key = observation_key
         self.q = [function(c, [key, "action"]) for c in self.critic_networks]
+        # every critic's value of (observation, action), the critics held still: not a submodule of the loss
+        # (its parameters are the critics'), so set past nn.Module's registration
+        critics = variant == "sac"  # DDPG and TD3 ascend the first critic alone
+        object.__setattr__(self, "held_still", HeldStill(self.critic_networks, lambda observation, action: [
+            q(observation, action) for q in (self.q if critics else self.q[:1])]))
         self.target_q = [function(c, [key, "action"]) for c in self.target_critics]
         if variant == "sac":
             self.view = ActorView.of(actor)
@@ -185,8 +190,8 @@ class ActorCriticLoss(LossModule):
         out = {"loss_value" if self.variant == "ddpg" else "loss_qvalue": critic,
                "pred_value": (td_error.detach() + target).mean(), "target_value": target.mean()}
         if self.with_actor:
-            with held_still(self.critic_networks):
-                out["loss_actor"] = -self.q[0](sample.observation, self.mu(sample.observation)).float().mean()
+            q_mu = self.held_still.still(sample.observation, self.mu(sample.observation))
+            out["loss_actor"] = -q_mu[0].float().mean()
         return out, td_error
 
     def soft_terms(self, sample: Sample) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -197,8 +202,7 @@ class ActorCriticLoss(LossModule):
             next_q = torch.stack([q(sample.next_observation, next_action).float() for q in self.target_q]).min(0).values
             target = sample.target(self.gamma, next_q - alpha * next_log_prob)
         critic, td_error = self.critic_term(sample, target)
-        with held_still(self.critic_networks):
-            q_pi = torch.stack([q(sample.observation, action).float() for q in self.q]).min(0).values
+        q_pi = torch.stack([q.float() for q in self.held_still.still(sample.observation, action)]).min(0).values
         out = {"loss_qvalue": critic, "loss_actor": (alpha * log_prob - q_pi).mean(),
                "alpha": alpha, "entropy": -log_prob.detach().mean()}
         if self.learn_alpha:
