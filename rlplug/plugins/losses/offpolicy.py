@@ -59,9 +59,9 @@ def polyak_update(target: nn.Module, online: nn.Module, tau: float) -> None:
 class HeldStill(nn.Module):
     """A function of ``networks`` that :meth:`still` computes with their parameters out of the autograd graph:
     the gradient of what it returns flows to its inputs, not to them (the critics under the actor's term).
-    The parameters are swapped for their detached selves (the same values) by ``torch.func.functional_call``
-    rather than switched to ``requires_grad = False``: under ``torch.func.functional_call`` and ``torch.vmap``
-    (seeds trained together) the networks hold the tensors swapped in, whose flag cannot be switched."""
+    The networks' own parameters are switched to ``requires_grad = False`` for the call (a few microseconds);
+    under ``torch.func.functional_call`` and ``torch.vmap`` (seeds trained together) the networks hold tensors
+    swapped in, whose flag cannot be switched, so those are swapped again for their detached selves."""
 
     def __init__(self, networks: nn.Module, function):
         super().__init__()
@@ -71,6 +71,17 @@ class HeldStill(nn.Module):
         return self.function(*args)
 
     def still(self, *args: torch.Tensor) -> torch.Tensor:
+        parameters = list(self.networks.parameters())
+        if all(isinstance(p, nn.Parameter) for p in parameters):  # the networks' own: switched off, then on
+            trained = [p for p in parameters if p.requires_grad]
+            for p in trained:
+                p.requires_grad_(False)
+            try:
+                return self.function(*args)
+            finally:
+                for p in trained:
+                    p.requires_grad_(True)
+        # tensors swapped in by an outer functional_call (seeds under vmap): swapped again, detached
         detached = {f"networks.{name}": value.detach() for name, value in self.networks.named_parameters()}
         return torch.func.functional_call(self, detached, args)
 
