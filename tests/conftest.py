@@ -109,3 +109,38 @@ def install(tmp_path, monkeypatch):
     yield install_
     for module in modules:
         sys.modules.pop(module, None)
+
+
+def poisoned_env_plugin(env_id: str, name: str, after_steps: int) -> str:
+    """A plugin's source registering ``name``: ``env_id`` whose rewards turn NaN after ``after_steps`` steps in
+    the envs of one seed's run (those reset with ``poisoned_seed``), to show that seed diverging alone."""
+    return f"""
+import numpy as np
+import rlplug
+from rlplug.plugins.envs.gym import make_gym_vector_env
+
+
+def make_poisoned(poisoned_seed: int = 1, after_steps: int = {after_steps}):
+    env = make_gym_vector_env("{env_id}", num_envs=1, max_episode_steps=None, make_kwargs={{}})
+    reset, step = env.reset_arrays, env.step_arrays
+    state = {{"poisoned": False, "steps": 0}}
+
+    def reset_arrays(seed=None):
+        state["poisoned"] = state["poisoned"] or seed == poisoned_seed
+        return reset(seed=seed)
+
+    def step_arrays(action):
+        transition = step(action)
+        state["steps"] += 1
+        if state["poisoned"] and state["steps"] > after_steps:
+            return transition._replace(reward=np.full_like(transition.reward, np.nan))
+        return transition
+
+    env.reset_arrays, env.step_arrays = reset_arrays, step_arrays
+    return env
+
+
+@rlplug.hookimpl
+def rlplug_register_envs(register):
+    register("{name}", make_poisoned)
+"""

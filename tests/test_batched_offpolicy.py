@@ -19,7 +19,7 @@ from rlplug.core.process import seed_everything
 from rlplug.plugins.algorithms.offpolicy import batched as offpolicy_batched
 from rlplug.recipe import load
 from rlplug.run.batched import BatchedRun
-from tests.conftest import ROOT, one_line_error, rlplug_cli, run_cli
+from tests.conftest import ROOT, one_line_error, poisoned_env_plugin, rlplug_cli, run_cli
 
 RECIPES = ROOT / "recipes"
 SAC = RECIPES / "pendulum-sac.toml"
@@ -176,37 +176,7 @@ def test_batched_sac_writes_each_seeds_directory_and_resumes(tmp_path):
     assert evaluated.returncode == 0, evaluated.stderr
 
 
-POISONED_ENV = """
-import numpy as np
-import rlplug
-from rlplug.plugins.envs.gym import make_gym_vector_env
-
-
-def make_poisoned(poisoned_seed: int = 1, after_steps: int = 400):
-    '''Pendulum whose rewards turn NaN after a while in the envs of one seed's run (reset with that seed).'''
-    env = make_gym_vector_env("Pendulum-v1", num_envs=1, max_episode_steps=None, make_kwargs={})
-    reset, step = env.reset_arrays, env.step_arrays
-    state = {"poisoned": False, "steps": 0}
-
-    def reset_arrays(seed=None):
-        state["poisoned"] = state["poisoned"] or seed == poisoned_seed
-        return reset(seed=seed)
-
-    def step_arrays(action):
-        transition = step(action)
-        state["steps"] += 1
-        if state["poisoned"] and state["steps"] > after_steps:
-            return transition._replace(reward=np.full_like(transition.reward, np.nan))
-        return transition
-
-    env.reset_arrays, env.step_arrays = reset_arrays, step_arrays
-    return env
-
-
-@rlplug.hookimpl
-def rlplug_register_envs(register):
-    register("poisoned-pendulum", make_poisoned)
-"""
+POISONED_ENV = poisoned_env_plugin("Pendulum-v1", "poisoned-pendulum", after_steps=400)
 
 
 @pytest.mark.slow
