@@ -20,10 +20,7 @@ def env_capability(env, member: Callable) -> Any:
     and then down its ``TransformedEnv`` base envs, never through TorchRL's attribute forwarding: a batched
     env passes a name it lacks on to its copies, and a ``ParallelEnv``'s worker ends on one it cannot find
     (one not started yet recurses)."""
-    function = member.fget if isinstance(member, property) else member
-    if not getattr(function, "__rlplug_optional__", False) or not function.__qualname__.startswith("Env."):
-        raise TypeError(f"{function.__qualname__} is not an optional member of the Env protocol")
-    name = function.__name__
+    name = protocols.optional_name(member, protocols.Env)
     while env is not None:
         if inspect.getattr_static(env, name, _ABSENT) is not _ABSENT:
             return getattr(env, name)

@@ -410,13 +410,21 @@ def conform(protocol: type, value: Any, what: str) -> Any:
     return value
 
 
+def optional_name(member: Callable, protocol: type | None = None) -> str:
+    """The attribute name of the optional protocol ``member`` (of ``protocol``, when given); a TypeError for
+    anything else, a mistake in rlplug's own code."""
+    function = member.fget if isinstance(member, property) else member
+    if not getattr(function, "__rlplug_optional__", False) or (
+            protocol is not None and not function.__qualname__.startswith(f"{protocol.__name__}.")):
+        raise TypeError(f"{function.__qualname__} is not an optional member of "
+                        f"{'a protocol' if protocol is None else f'the {protocol.__name__} protocol'}")
+    return function.__name__
+
+
 def capability(value: Any, member: Callable) -> Any:
     """The optional protocol ``member`` (e.g. ``Collector.metrics``) of ``value``, bound, or None where
     ``value`` does not have it."""
-    function = member.fget if isinstance(member, property) else member
-    if not getattr(function, "__rlplug_optional__", False):
-        raise TypeError(f"{function.__qualname__} is not an optional protocol member")
-    return getattr(value, function.__name__, None)
+    return getattr(value, optional_name(member), None)
 
 
 def has_member(value: Any, member: Callable) -> bool:
