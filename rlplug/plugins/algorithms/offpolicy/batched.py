@@ -149,7 +149,7 @@ class OffPolicyTogether:
     def gradient_step(self, samples: list[TensorDictBase]) -> dict[str, torch.Tensor]:
         """:meth:`OffPolicy.gradient_step` of every seed on its own sample; each metric ``[seeds]``."""
         template, seeds = self.active[0], len(self.active)
-        stepped = [a.stepped_learners() for a in self.active][0]  # TD3's delay: the same step count for all
+        stepped = template.stepped_learners()  # TD3's delay: the same step count for all; the loss called is its
         with normal_draws_per_seed():
             out, td_error = self._loss(self.leaves(), stacked(samples))
         learners = template.loss_module.term_learners
