@@ -19,6 +19,7 @@ from rlplug.registry.schema import Check, Range
 Init = Literal["orthogonal", "default"]
 LogStd = Literal["state", "parameter"]
 Squash = Literal["tanh", "none"]
+Activation = Literal["tanh", "relu", "elu", "gelu", "silu"]
 
 ACTIVATIONS = {"tanh": "Tanh", "relu": "ReLU", "elu": "ELU", "gelu": "GELU", "silu": "SiLU"}
 #: The hidden layers of ``sequential`` when a recipe gives none: the same network as ``mlp``'s default.
@@ -43,7 +44,7 @@ def make_mlp(
     #: sizes of the hidden layers
     hidden: list[Annotated[int, Range(ge=1)]] = (64, 64),
     #: the activation after each hidden layer
-    activation: Literal["tanh", "relu", "elu", "gelu", "silu"] = "tanh",
+    activation: Activation = "tanh",
     #: orthogonal initialisation (CleanRL / SB3 gains, zero biases), or torch's default
     init: Init = "orthogonal",
     #: continuous policies: 'parameter', one learned log-std for every state, or 'state', the network outputs it
@@ -131,7 +132,7 @@ def make_cnn(
     #: with the Nature encoder, [128] with the small one
     hidden: list[Annotated[int, Range(ge=1)]] | None = None,
     #: the activation after each convolution and hidden layer
-    activation: Literal["tanh", "relu", "elu", "gelu", "silu"] = "relu",
+    activation: Activation = "relu",
     #: orthogonal initialisation (CleanRL / SB3 gains, zero biases), or torch's default
     init: Init = "orthogonal",
     #: continuous policies: 'parameter', one learned log-std for every state, or 'state', the network outputs it
@@ -177,7 +178,7 @@ def recurrent_factory(cell: Literal["lstm", "gru"]):
         #: sizes of the head's hidden layers, after the recurrent layers
         hidden: list[Annotated[int, Range(ge=1)]] = (64,),
         #: the activation after each of the head's hidden layers
-        activation: Literal["tanh", "relu", "elu", "gelu", "silu"] = "relu",
+        activation: Activation = "relu",
         #: the head's initialisation: orthogonal (CleanRL / SB3 gains, zero biases; the actor's output layer
         #: at gain 0.01 keeps its first actions off the tanh's flat ends), or torch's default
         init: Init = "orthogonal",
