@@ -1,6 +1,6 @@
 """On a CUDA device (marked ``cuda``: skipped where there is none): the cnn network's forward pass and a
-training step, and short runs with ``run.device = "cuda"`` for vectors, images, Dict observations and
-MultiDiscrete actions."""
+training step, short runs with ``run.device = "cuda"`` for vectors, images, Dict observations,
+MultiDiscrete actions, TorchRL's ClipPPOLoss and the off-policy family, and batched seeds."""
 
 from __future__ import annotations
 
@@ -47,7 +47,13 @@ def test_cnn_forward_and_a_training_step_on_cuda():
      "algorithm": {"use": "dqn", "q_network": {"use": "cnn"}, "learning_starts": 64, "batch_size": 32}},
     {"env": {"use": "gym", "id": BANDIT, "num_envs": 4},
      "algorithm": {"use": "ppo", "frames_per_batch": 64, "minibatch_size": 32}},
-], ids=["image-ppo", "dict-dqn", "multidiscrete-ppo"])
+    {"env": {"use": "gym", "id": "CartPole-v1", "num_envs": 4},
+     "algorithm": {"use": "ppo", "frames_per_batch": 64, "minibatch_size": 32, "loss": {"use": "ClipPPOLoss"}}},
+    {"env": {"use": "gym", "id": "Pendulum-v1", "num_envs": 2},
+     "algorithm": {"use": "sac", "learning_starts": 64, "batch_size": 32}},
+    {"env": {"use": "gym", "id": "Pendulum-v1", "num_envs": 2},
+     "algorithm": {"use": "td3", "learning_starts": 64, "batch_size": 32}},
+], ids=["image-ppo", "dict-dqn", "multidiscrete-ppo", "torchrl-clip-ppo", "vector-sac", "vector-td3"])
 def test_a_short_run_on_cuda(tmp_path, recipe):
     agent = rlplug.Agent.from_recipe({**recipe, "run": {"total_frames": 256, "device": "cuda"},
                                       "eval": {"episodes": 2}, "loggers": []}, out=tmp_path / "run")
@@ -62,3 +68,15 @@ def test_the_canonical_recipe_runs_on_cuda_through_the_cli(tmp_path):
                      "--set", "run.total_frames=2048", "--set", "eval.episodes=2")
     assert result.returncode == 0, result.stderr
     assert json.loads((out / "summary.json").read_text())["status"] == "finished"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["cartpole-ppo.toml", "pendulum-sac.toml"])
+def test_batched_seeds_run_on_cuda(tmp_path, recipe):
+    out = tmp_path / "run"
+    result = run_cli("run", str(CANONICAL.parent / recipe), "--seeds", "0-2", "--batched", "--out", str(out),
+                     "--set", "run.device=cuda", "--set", "run.total_frames=1024", "--set", "eval.episodes=1",
+                     "--set", "eval.every_frames=0")
+    assert result.returncode == 0, result.stderr
+    for seed in range(3):
+        assert json.loads((out / f"seed-{seed}" / "summary.json").read_text())["status"] == "finished"

@@ -153,6 +153,13 @@ class Runner(Component):
 class Loss(Component):
     kind = "loss"
 
+    def build(self, **context: Any) -> Any:
+        """The loss moved to the algorithm's device: its buffers (a clip range, a KL coefficient, action bounds)
+        are made where its factory made them, and a clip range left on the CPU fails a CUDA run's first update."""
+        loss = super().build(**context)
+        device = context.get("device")
+        return loss.to(device) if device is not None else loss
+
 
 class Transform(Component):
     kind = "transform"
