@@ -52,6 +52,9 @@ class RunSettings:
     #: threads for torch's kernels and numpy's BLAS; for small networks on a few cores one is fastest
     #: (BENCHMARKS.md)
     num_threads: Annotated[int, Range(ge=1)] = 1
+    #: torch.compile the update's loss, its backward with it (CUDA graphs on 'cuda'); the first updates wait
+    #: for the compiler, so it pays only on long runs (BENCHMARKS.md, "run.compile")
+    compile: bool = False
     #: write a checkpoint every this many frames (0: only at the end); every env starts a new episode
     #: there, so that a run resumed from it goes on exactly as the uninterrupted run did
     checkpoint_every_frames: Annotated[int, Range(ge=0)] = 100_000

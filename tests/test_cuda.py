@@ -80,3 +80,17 @@ def test_batched_seeds_run_on_cuda(tmp_path, recipe):
     assert result.returncode == 0, result.stderr
     for seed in range(3):
         assert json.loads((out / f"seed-{seed}" / "summary.json").read_text())["status"] == "finished"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["cartpole-ppo.toml", "pendulum-sac.toml"])
+def test_a_compiled_run_on_cuda_learns_on_cuda_graphs(tmp_path, recipe):
+    """``run.compile`` on CUDA: the loss replayed as CUDA graphs, whose outputs the next replay overwrites (the
+    metrics must have kept copies)."""
+    agent = rlplug.Agent.from_recipe(CANONICAL.parent / recipe, out=tmp_path / "run", eval={"episodes": 1},
+                                     run={"total_frames": 1024, "device": "cuda", "compile": True},
+                                     loggers=[{"use": "csv"}])
+    summary = agent.train()
+    assert summary["status"] == "finished"
+    rows = (tmp_path / "run" / "metrics.csv").read_text().splitlines()
+    assert len(rows) > 2 and "nan" not in rows[-1].lower()

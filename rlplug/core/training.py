@@ -191,6 +191,14 @@ def set_learning_rate(optimiser: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = lr
 
 
+def compile_in_place(module: torch.nn.Module, device: str) -> None:
+    """``module`` compiled by ``torch.compile`` where it stands: the same object afterwards (a TorchRL
+    ``LossModule`` stays one), its forward and backward compiled on first call. On CUDA the compiled graphs are
+    replayed as CUDA graphs ('reduce-overhead'): a small network's update is many tiny kernels, each paying a
+    launch."""
+    module.compile(mode="reduce-overhead" if torch.device(device).type == "cuda" else None)
+
+
 class MetricMean:
     """Running means of detached scalars, read once per update so the hot loop never syncs."""
 
@@ -209,7 +217,8 @@ class MetricMean:
                 self.sums[key] = self.sums[key] + value
                 self.counts[key] += 1
             else:
-                self.sums[key], self.counts[key] = value, 1
+                # a copy: a compiled loss on CUDA graphs writes its next outputs where this one's were
+                self.sums[key], self.counts[key] = value.clone(), 1
 
     def means(self) -> dict[str, float]:
         return {key: total.item() / self.counts[key] for key, total in self.sums.items()}

@@ -154,6 +154,10 @@ class Algorithm(Protocol):
     def apply_gradients(self, gradients: Any) -> Any: ...
 
     @optional
+    def compile_update(self) -> None:
+        """``run.compile = true``: compile what the update computes (torch.compile), in place, before training."""
+
+    @optional
     def batched_update(self, algorithms: list, seeds: list[int]) -> Any:
         """Seeds trained together (``rlplug run --seeds --batched``): the update of ``algorithms`` (this one
         first; copies built from one recipe, one per seed of ``seeds``) computed at once, a

@@ -92,6 +92,9 @@ def copied(state: Any) -> Any:
 
 def refuse_unbatchable_recipe(recipe: Recipe) -> None:
     """What can be told from the recipe alone, before anything is built."""
+    if recipe.run.compile:
+        raise UserError(f"--batched calls the seeds' losses under torch.vmap, which run.compile does not compile; "
+                        f"set run.compile = false, or {RETRY}", path="run.compile")
     runner = recipe.runner.spec.qualified_name
     if runner != "rlplug:local":
         raise UserError(f"--batched trains every seed in this process with one update for all; the "

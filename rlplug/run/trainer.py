@@ -93,6 +93,8 @@ class Run:
                 observation_spec=env.observation_spec, action_spec=env.action_spec, device=settings.device,
                 seed=settings.seed, total_frames=settings.total_frames, run_dir=run_dir,
             )
+            if settings.compile:
+                compile_update(algorithm, recipe.algorithm.title)
             runner = recipe.runner.build(device=settings.device, seed=settings.seed)
             video_env = None
             if recipe.eval.video:  # opened now: an env that cannot render is a clear error before any training
@@ -421,6 +423,15 @@ class Run:
 
     def save_checkpoint(self, path: Path) -> None:
         write_atomically(path, self.checkpoint_bytes())
+
+
+def compile_update(algorithm: Any, title: str) -> None:
+    """``run.compile = true``: the algorithm's own compilation of its update, or a one-line refusal."""
+    compile_own = capability(algorithm, protocols.Algorithm.compile_update)
+    if compile_own is None:
+        raise UserError(f"{title} does not declare compile_update, so run.compile cannot compile its update; "
+                        f"set run.compile = false", path="run.compile")
+    compile_own()
 
 
 def next_multiple(frames: int, every: int) -> int | None:

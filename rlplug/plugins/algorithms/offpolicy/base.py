@@ -36,7 +36,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 from torch import nn
 
-from rlplug.core.training import MetricMean, summed
+from rlplug.core.training import MetricMean, compile_in_place, summed
 from rlplug.errors import UserError
 from rlplug.networks import is_discrete, observation_key
 from rlplug.plugins.algorithms.offpolicy.config import OffPolicyConfig
@@ -222,6 +222,10 @@ class OffPolicy:
         from rlplug.plugins.algorithms.offpolicy.batched import OffPolicyTogether
 
         return OffPolicyTogether(algorithms, seeds)
+
+    def compile_update(self) -> None:
+        """``run.compile``: the loss, every term of it in one compiled call."""
+        compile_in_place(self.loss_module, self.device)
 
     def gradient_step(self, sample: TensorDictBase, metrics: MetricMean) -> None:
         """The loss's terms on ``sample``; one backward pass of the sum of those whose learners step now; the

@@ -23,8 +23,8 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
 from rlplug.core.acting import ActorView, tensor_function
-from rlplug.core.training import (FlatParameters, MetricMean, clip_and_step, load_optimiser_state, make_optimizer,
-                                  optimiser_step, scheduled_lr, set_learning_rate, summed)
+from rlplug.core.training import (FlatParameters, MetricMean, clip_and_step, compile_in_place, load_optimiser_state,
+                                  make_optimizer, optimiser_step, scheduled_lr, set_learning_rate, summed)
 from rlplug.errors import UserError
 from rlplug.networks import share_body
 from rlplug.plugins.algorithms.onpolicy.config import OnPolicyConfig
@@ -46,7 +46,7 @@ class OnPolicy:
     uses_critic = True
 
     def __init__(self, config: OnPolicyConfig, *, observation_spec, action_spec, device: str, total_frames: int):
-        self.config, self.total_frames = config, total_frames
+        self.config, self.device, self.total_frames = config, device, total_frames
         self.frames_per_batch = config.frames_per_batch
         self.schedule, self.minibatch_size = config.schedule(), config.minibatch_length()
         specs = {"observation_spec": observation_spec, "action_spec": action_spec, "device": device}
@@ -208,6 +208,10 @@ class OnPolicy:
         from rlplug.plugins.algorithms.onpolicy.batched import OnPolicyTogether
 
         return OnPolicyTogether(algorithms, seeds)
+
+    def compile_update(self) -> None:
+        """``run.compile``: the loss, where each minibatch's time goes (the optimiser steps one flat tensor)."""
+        compile_in_place(self.loss_module, self.device)
 
     # -- what algorithms define -----------------------------------------------------------------------
 
