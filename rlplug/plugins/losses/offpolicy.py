@@ -61,7 +61,8 @@ class HeldStill(nn.Module):
     the gradient of what it returns flows to its inputs, not to them (the critics under the actor's term).
     The networks' own parameters are switched to ``requires_grad = False`` for the call (a few microseconds);
     under ``torch.func.functional_call`` and ``torch.vmap`` (seeds trained together) the networks hold tensors
-    swapped in, whose flag cannot be switched, so those are swapped again for their detached selves."""
+    swapped in, whose flag cannot be switched, and torch.compile cannot trace the switch (``run.compile``), so
+    there they are swapped for their detached selves."""
 
     def __init__(self, networks: nn.Module, function):
         super().__init__()
@@ -72,7 +73,8 @@ class HeldStill(nn.Module):
 
     def still(self, *args: torch.Tensor) -> torch.Tensor:
         parameters = list(self.networks.parameters())
-        if all(isinstance(p, nn.Parameter) for p in parameters):  # the networks' own: switched off, then on
+        own = all(isinstance(p, nn.Parameter) for p in parameters)
+        if own and not torch.compiler.is_compiling():  # the networks' own: switched off, then on
             trained = [p for p in parameters if p.requires_grad]
             for p in trained:
                 p.requires_grad_(False)
@@ -81,7 +83,8 @@ class HeldStill(nn.Module):
             finally:
                 for p in trained:
                     p.requires_grad_(True)
-        # tensors swapped in by an outer functional_call (seeds under vmap): swapped again, detached
+        # tensors swapped in by an outer functional_call (seeds under vmap), or a compiled loss (torch.compile
+        # cannot trace the flag's switch): swapped for their detached selves
         detached = {f"networks.{name}": value.detach() for name, value in self.networks.named_parameters()}
         return torch.func.functional_call(self, detached, args)
 
