@@ -267,6 +267,12 @@ class Noise(Protocol):
     def act_on(self, action: Any) -> Any:
         """The noisy action for an action tensor: lets collection skip the TensorDict per step."""
 
+    @property
+    @optional
+    def one_hot(self) -> bool:
+        """Whether ``act_on`` gives one-hot vectors (TorchRL's layout of gymnasium's Discrete actions), whose
+        index the array road hands the env."""
+
 
 class Preprocessor(Protocol):
     """An observation preprocessor: a module from a tensor to a tensor, learning its statistics in train mode."""
