@@ -181,8 +181,8 @@ class ChainArrayActor(ArrayActor):
     """A deterministic network followed by stages that each turn what the one before wrote into the action or
     change it (exploration noise, random actions, DQN's epsilon-greedy choice among Q-values): the network's own
     torch module on the observation tensor, then each stage's ``act_on``, the same arithmetic as the TensorDict
-    modules without a TensorDict per step. No log-probability. Where the last stage's actions are one-hot
-    (:attr:`rlplug.registry.protocols.Noise.one_hot`), the env is handed their index."""
+    modules without a TensorDict per step. No log-probability. Where the last stage's actions are one-hot (its
+    ``one_hot``: :meth:`rlplug.registry.protocols.Noise.act_on`), the env is handed their index."""
 
     log_prob_key = None
 
@@ -198,7 +198,7 @@ class ChainArrayActor(ArrayActor):
                             "act_on each reading what the one before wrote")
         self.module, self.stages, self.device = actor.module, rest, torch.device(device)
         self.observation_key, self.action_key = actor.in_keys[0], stages[-1].out_keys[0]
-        self.one_hot = bool(rest and capability(rest[-1], protocols.Noise.one_hot))
+        self.one_hot = bool(rest and getattr(rest[-1], "one_hot", False))  # protocols.Noise.act_on says
 
     @torch.no_grad()
     def act(self, observation: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, None]:

@@ -265,13 +265,8 @@ class Noise(Protocol):
 
     @optional
     def act_on(self, action: Any) -> Any:
-        """The noisy action for an action tensor: lets collection skip the TensorDict per step."""
-
-    @property
-    @optional
-    def one_hot(self) -> bool:
-        """Whether ``act_on`` gives one-hot vectors (TorchRL's layout of gymnasium's Discrete actions), whose
-        index the array road hands the env."""
+        """The noisy action for an action tensor: lets collection skip the TensorDict per step. A stage whose
+        actions are one-hot vectors (Discrete actions in TorchRL's layout) says so: ``one_hot = True``."""
 
 
 class Preprocessor(Protocol):
