@@ -90,20 +90,25 @@ def test_each_seed_starts_exactly_as_its_own_run(tmp_path):
         alone.close()
 
 
+#: SAC's stochastic policy with a random-action phase: neither a ProbabilisticActor alone nor a chain of act_on
+#: stages, so it has no array actor (on Pendulum, which offers the array road)
+SAC_RANDOM_PHASE = (ROOT / "recipes" / "halfcheetah-sac.toml", ["env.id='Pendulum-v1'"])
+
+
 def test_refusals_name_what_cannot_be_batched(tmp_path, monkeypatch):
-    # every algorithm here declares batched_update: SAC made one without, for its refusal
-    monkeypatch.setattr(SAC, "batched_update", None, raising=False)
     cases = [
         (ROOT / "recipes" / "pendulum-ddpg-lstm.toml", [], "recurrent", "algorithm.policy"),
         (ROOT / "recipes" / "pendulum-sac.toml", [], "does not declare batched_update", "algorithm.use"),
-        (ROOT / "recipes" / "cartpole-dqn.toml", [], "no array actor", "algorithm"),
+        (*SAC_RANDOM_PHASE, "no array actor", "algorithm"),
         (ROOT / "recipes" / "cartpole-ppo-kl.toml", [], "cannot compute several seeds at once", "algorithm.loss"),
         (CANONICAL, ["runner.use=ray"], "runner cannot", "runner.use"),
         (CANONICAL, ["env.transforms=[{use = \"StepCounter\"}]"], "array road", "env"),
     ]
     for index, (recipe, overrides, message, path) in enumerate(cases):
         recipes = [load(recipe, [f"run.seed={seed}", *overrides]) for seed in (0, 1)]
-        with pytest.raises(rlplug.UserError, match=message) as caught:
+        with monkeypatch.context() as patch, pytest.raises(rlplug.UserError, match=message) as caught:
+            if "batched_update" in message:  # every algorithm here declares it: SAC made one without
+                patch.setattr(SAC, "batched_update", None, raising=False)
             BatchedRun.build(recipes, tmp_path / str(index))
         assert caught.value.path == path
         assert not (tmp_path / str(index) / "seed-0").exists(), "a refused run leaves no directory"
@@ -111,8 +116,10 @@ def test_refusals_name_what_cannot_be_batched(tmp_path, monkeypatch):
 
 def test_the_command_line_refuses_in_one_line(tmp_path):
     one_line_error(run_cli("run", str(CANONICAL), "--batched", "--out", str(tmp_path / "a")), "--seeds")
-    one_line_error(run_cli("run", str(ROOT / "recipes" / "cartpole-dqn.toml"), "--seeds", "0-1", "--batched",
-                           "--out", str(tmp_path / "b")), "cartpole-dqn.toml", "algorithm", "without --batched")
+    recipe, overrides = SAC_RANDOM_PHASE
+    one_line_error(run_cli("run", str(recipe), "--seeds", "0-1", "--batched", "--set", *overrides,
+                           "--out", str(tmp_path / "b")), "halfcheetah-sac.toml", "no array actor", "algorithm",
+                   "without --batched")
 
 
 def test_agent_trains_seeds_together(tmp_path):

@@ -1,6 +1,7 @@
-"""Off-policy seeds trained together (``run --seeds --batched``: SAC, DDPG, TD3): each seed's gradient steps are
-its own algorithm's (parameters, targets, entropy coefficient, optimiser state), acting keeps each seed's
-exploration, a NaN stops one seed alone, resume goes on, and what cannot be batched is refused in one line."""
+"""Off-policy seeds trained together (``run --seeds --batched``: SAC, DDPG, TD3, DQN): each seed's gradient steps
+are its own algorithm's (parameters, targets, entropy coefficient, optimiser state), DQN's targets move by each
+seed's frames into the stack, acting keeps each seed's exploration (noise, epsilon), a NaN stops one seed alone,
+resume goes on, and what cannot be batched is refused in one line."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from tests.conftest import ROOT, one_line_error, poisoned_env_plugin, rlplug_cli
 
 RECIPES = ROOT / "recipes"
 SAC = RECIPES / "pendulum-sac.toml"
+DQN = RECIPES / "cartpole-dqn.toml"
 #: small updates: 64 frames stored, 3 gradient steps of 32 samples
 SMALL = ["algorithm.steps_per_update=64", "algorithm.gradient_steps=3", "algorithm.batch_size=32",
          "algorithm.learning_starts=0"]
@@ -63,6 +65,9 @@ def own_state(algorithm) -> dict[str, torch.Tensor]:
     (RECIPES / "pendulum-ddpg.toml", []),
     (RECIPES / "pendulum-td3.toml", ["algorithm.target_policy_noise=0.0"]),  # the actor and targets every 2nd step
     (SAC, ["algorithm.replay_buffer.use='prioritized'"]),  # each seed's priorities from its own TD errors
+    (DQN, []),  # the targets copied by frames, before each update's steps: the second update's read the copy
+    (DQN, ["algorithm.tau=0.3", "algorithm.target_update_interval=40", "algorithm.double=false",
+           "algorithm.replay_buffer.use='prioritized'"]),  # polyak steps of 1 or 2 intervals per update
 ])
 def test_a_stacked_gradient_step_is_each_seeds_own(recipe, overrides, monkeypatch):
     """Two updates (six gradient steps) of seeds 0, 5 and 9 together against each seed's algorithm alone on the
@@ -129,6 +134,52 @@ def test_acting_keeps_each_seeds_exploration():
         torch.from_numpy(observation[1])).detach().clamp(-2, 2))
 
 
+def test_dqn_targets_move_by_each_seeds_frames_into_the_stack():
+    """DQN moves its targets in ``before_update``, each seed its own algorithm's polyak step on its target
+    network, whose parameters are views of the stacked targets the batched loss reads: the step lands in the
+    stack, row by row, from each seed's own online row. No gradient step here (learning has not started)."""
+    overrides = [*SMALL, "algorithm.learning_starts=100000", "algorithm.tau=0.25",
+                 "algorithm.target_update_interval=64"]
+    built = [built_algorithm(DQN, seed, overrides) for seed in (0, 1)]
+    algorithms = [a for a, _ in built]
+    together = algorithms[0].batched_update(algorithms, [0, 1])
+    online, target = together.stacks["q"].stacked, together.targets["q"].stacked
+    with torch.no_grad():
+        online.add_(torch.tensor([[0.5], [-1.0]]))  # each seed's online network away from its target
+    before, wanted = target.detach().clone(), online.detach().clone()
+    together.update([batches[0] for _, batches in built])
+    torch.testing.assert_close(target.detach(), before.lerp(wanted, 0.25))
+    for row, algorithm in enumerate(algorithms):  # the seed's own modules read the same values
+        own = torch.cat([p.detach().reshape(-1) for p in algorithm.loss_module.target_value_network.parameters()])
+        assert torch.equal(own, target.detach()[row])
+    together.update([batches[1] for _, batches in built])  # frames 64 -> 128: one interval more, one step more
+    torch.testing.assert_close(target.detach(), before.lerp(wanted, 1 - 0.75 ** 2))
+
+
+def test_dqn_seeds_act_greedily_on_their_own_q_values_each_with_its_own_epsilon():
+    """DQN's stacked actor: each seed's own Q-network, then its own epsilon-greedy stage (seed 0 greedy, seed 1
+    uniformly random while exploring); the env is handed action indices, the batch records them one-hot."""
+    algorithms = [built_algorithm(DQN, seed, SMALL)[0] for seed in (0, 1)]
+    together = algorithms[0].batched_update(algorithms, [0, 1])
+    actor = together.actor()
+    assert actor.one_hot and actor.action_key == "action"
+    observation = torch.randn(2, 64, 4).numpy()
+    greedy = [algorithm.network.module(torch.from_numpy(observation[k])).argmax(-1).numpy()
+              for k, algorithm in enumerate(algorithms)]
+    assert (greedy[0] != greedy[1]).any(), "the seeds' networks differ"
+    for algorithm, epsilon in zip(algorithms, (0.0, 1.0)):
+        algorithm.random_actions.active = False
+        algorithm.greedy.epsilon = epsilon
+    with set_exploration_type(ExplorationType.RANDOM):
+        action, log_prob = actor.act(observation)
+    assert log_prob is None and action.shape == (2, 64) and set(action.reshape(-1).tolist()) <= {0, 1}
+    assert (action[0] == greedy[0]).all()
+    assert (action[1] != greedy[1]).any() and (action[1] == greedy[1]).any()
+    with set_exploration_type(ExplorationType.DETERMINISTIC):  # evaluation: greedy, whatever epsilon is
+        action, _ = actor.act(observation)
+    assert (action[0] == greedy[0]).all() and (action[1] == greedy[1]).all()
+
+
 def test_refusals_name_what_cannot_be_batched(tmp_path):
     cases = [
         (SAC, ["algorithm.loss.use='SACLoss'"], "cannot compute several seeds at once", "algorithm.loss"),
@@ -152,51 +203,73 @@ def test_the_command_line_refuses_in_one_line(tmp_path):
 
 SHORT_SAC = ["run.total_frames=600", "run.checkpoint_every_frames=300", "eval.episodes=1", "eval.every_frames=0",
              "algorithm.learning_starts=100", "algorithm.batch_size=64"]
+#: DQN by 64 frames: 10 updates of 4 gradient steps, the first learning at frame 128 (36 steps in all)
+SHORT_DQN = ["run.total_frames=640", "run.checkpoint_every_frames=320", "eval.episodes=1", "eval.every_frames=0",
+             "algorithm.steps_per_update=64", "algorithm.gradient_steps=4", "algorithm.learning_starts=128",
+             "algorithm.batch_size=32"]
+#: recipe, short run, its frames, the gradient steps taken by then, the checkpoint before the end, and the frames
+#: a resume goes on to
+SHORT = {"sac": (SAC, SHORT_SAC, 600, 501, 300, 900), "dqn": (DQN, SHORT_DQN, 640, 36, 320, 960)}
+
+
+def cli_sets(overrides: list[str]) -> list[str]:
+    return [arg for o in overrides for arg in ("--set", o)]
 
 
 @pytest.mark.slow
-def test_batched_sac_writes_each_seeds_directory_and_resumes(tmp_path):
+@pytest.mark.parametrize("algorithm", sorted(SHORT))
+def test_batched_off_policy_writes_each_seeds_directory_and_resumes(tmp_path, algorithm):
+    recipe, overrides, frames, steps, _, resumed = SHORT[algorithm]
     out = tmp_path / "run"
-    result = run_cli("run", str(SAC), "--seeds", "0-1", "--batched", "--out", str(out),
-                     *[arg for o in SHORT_SAC for arg in ("--set", o)])
+    result = run_cli("run", str(recipe), "--seeds", "0-1", "--batched", "--out", str(out), *cli_sets(overrides))
     assert result.returncode == 0, result.stderr
     assert set(json.loads((out / "aggregate.json").read_text())["seeds"]) == {"0", "1"}
     for seed in (0, 1):
         directory = out / f"seed-{seed}"
         summary = json.loads((directory / "summary.json").read_text())
-        assert (summary["status"], summary["frames"], summary["seed"]) == ("finished", 600, seed)
+        assert (summary["status"], summary["frames"], summary["seed"]) == ("finished", frames, seed)
         assert (directory / "metrics.csv").is_file()
         checkpoint = torch.load(directory / "checkpoint.pt", weights_only=True)
-        assert checkpoint["frames"] == 600 and checkpoint["algorithm"]["steps"] == 501
-    result = run_cli("resume", str(out), "--set", "run.total_frames=900")
+        assert checkpoint["frames"] == frames and checkpoint["algorithm"]["steps"] == steps
+    result = run_cli("resume", str(out), "--set", f"run.total_frames={resumed}")
     assert result.returncode == 0, result.stderr
     assert "seeds 0, 1, together" in result.stdout
-    assert {json.loads((out / f"seed-{s}" / "summary.json").read_text())["frames"] for s in (0, 1)} == {900}
+    assert {json.loads((out / f"seed-{s}" / "summary.json").read_text())["frames"] for s in (0, 1)} == {resumed}
     evaluated = run_cli("eval", str(out / "seed-1"), "--episodes", "1")  # a seed's directory is a run's
     assert evaluated.returncode == 0, evaluated.stderr
 
 
-POISONED_ENV = poisoned_env_plugin("Pendulum-v1", "poisoned-pendulum", after_steps=400)
+#: recipe, its env's table, and the plugin registering the env whose rewards turn NaN after 400 steps in seed 1
+POISONED = {
+    "sac": (SAC, 'use = "gym"\nid = "Pendulum-v1"\nnum_envs = 1',
+            poisoned_env_plugin("Pendulum-v1", "poisoned-env", after_steps=400)),
+    "dqn": (DQN, 'use = "gym"\nid = "CartPole-v1"\nnum_envs = 1',
+            poisoned_env_plugin("CartPole-v1", "poisoned-env", after_steps=400)),
+}
 
 
 @pytest.mark.slow
-def test_a_diverging_seed_stops_alone_with_its_last_good_checkpoint(tmp_path, install):
-    where = install({"poisoned": POISONED_ENV})
+@pytest.mark.parametrize("algorithm", sorted(POISONED))
+def test_a_diverging_seed_stops_alone_with_its_last_good_checkpoint(tmp_path, install, algorithm):
+    recipe_path, env_table, plugin = POISONED[algorithm]
+    _, overrides, frames, _, checkpoint, resumed = SHORT[algorithm]
+    where = install({"poisoned": plugin})
     recipe = tmp_path / "poisoned.toml"
-    recipe.write_text(SAC.read_text().replace('use = "gym"\nid = "Pendulum-v1"\nnum_envs = 1',
-                                              'use = "poisoned-pendulum"\npoisoned_seed = 1'))
+    text = recipe_path.read_text()
+    assert env_table in text
+    recipe.write_text(text.replace(env_table, 'use = "poisoned-env"\npoisoned_seed = 1'))
     out = tmp_path / "run"
-    result = rlplug_cli("run", str(recipe), "--seeds", "0-2", "--batched", "--out", str(out),
-                        *[arg for o in SHORT_SAC for arg in ("--set", o)], path=where, timeout=300)
+    result = rlplug_cli("run", str(recipe), "--seeds", "0-2", "--batched", "--out", str(out), *cli_sets(overrides),
+                        path=where, timeout=300)
     assert result.returncode == 2, result.stderr
     assert "seed 1: training diverged" in result.stderr and "the other seeds go on" in result.stderr
     diverged = json.loads((out / "seed-1" / "summary.json").read_text())
     # the NaN reward is stored at frame 401; it breaks the loss once a minibatch samples it
-    assert diverged["status"] == "diverged" and 401 <= diverged["frames"] < 600
+    assert diverged["status"] == "diverged" and 401 <= diverged["frames"] < frames
     kept = torch.load(out / "seed-1" / "checkpoint.pt", weights_only=True)
-    assert kept["frames"] == 300
+    assert kept["frames"] == checkpoint
     assert all(torch.isfinite(value).all() for value in kept["algorithm"]["loss"].values())
     for seed in (0, 2):
         assert json.loads((out / f"seed-{seed}" / "summary.json").read_text())["status"] == "finished"
-    result = rlplug_cli("resume", str(out), "--set", "run.total_frames=900", path=where, timeout=300)
+    result = rlplug_cli("resume", str(out), "--set", f"run.total_frames={resumed}", path=where, timeout=300)
     assert result.returncode == 0 and "seeds 0, 2, together" in result.stdout, result.stderr

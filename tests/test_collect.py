@@ -178,3 +178,39 @@ def test_an_off_policy_actor_with_exploration_takes_the_array_road_with_the_same
     batch = run.collector.collect()
     assert set(batch.keys(True, True)) == KEYS - {"action_log_prob"}
     assert batch.get("action").shape == (2, 1, 1)
+
+
+def test_dqn_acts_on_the_array_road_with_its_tensordict_policys_actions(tmp_path):
+    """DQN's acting policy (Q-network, epsilon-greedy, random actions first) on the array road: the same choices
+    and random draws as its TensorDict modules, the env handed indices and the batch recording them one-hot, as
+    CartPole's action spec has them and the loss reads them."""
+    from tensordict import TensorDict
+    from torchrl.envs.utils import ExplorationType, set_exploration_type
+
+    from rlplug.core.acting import ChainArrayActor
+
+    recipe = recipes.load(CANONICAL.parent / "cartpole-dqn.toml", ["env.num_envs=2", "algorithm.random_frames=40",
+                                                                   "algorithm.steps_per_update=8"])
+    run = Run.build(recipe, tmp_path / "run")
+    algorithm, actor = run.algorithm, run.collector.array_actor
+    assert isinstance(actor, ChainArrayActor) and actor.one_hot and actor.action_key == "action"
+    observation = np.random.default_rng(0).normal(0, 1, (64, 4)).astype(np.float32)
+    for random_phase, epsilon in ((True, 0.0), (False, 0.5), (False, 0.0)):
+        algorithm.random_actions.active, algorithm.greedy.epsilon = random_phase, epsilon
+        for kind in (ExplorationType.RANDOM, ExplorationType.DETERMINISTIC):
+            with set_exploration_type(kind), torch.no_grad():
+                torch.manual_seed(1)
+                on_arrays, log_prob = actor.act(observation)
+                torch.manual_seed(1)
+                data = TensorDict({"observation": torch.from_numpy(observation)}, batch_size=[64])
+                expected = algorithm.policy(data).get("action")
+            assert log_prob is None and on_arrays.shape == (64,)
+            assert expected.shape == (64, 2)  # one-hot, as the env's spec
+            np.testing.assert_array_equal(on_arrays, expected.argmax(-1).numpy())
+            greedy = (on_arrays == algorithm.network.module(torch.from_numpy(observation)).argmax(-1).numpy()).all()
+            assert greedy == (kind == ExplorationType.DETERMINISTIC or (not random_phase and epsilon == 0.0))
+    batch = run.collector.collect()
+    assert set(batch.keys(True, True)) == KEYS - {"action_log_prob"}
+    action = batch.get("action")
+    assert action.shape == (2, 8, 2) and torch.equal(action.sum(-1), torch.ones(2, 8, dtype=action.dtype))
+    run.close()

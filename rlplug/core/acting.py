@@ -174,15 +174,15 @@ class TorchArrayActor(ArrayActor):
     @torch.inference_mode()
     def act(self, observation: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray]:
         action, log_prob = self.view.act(torch.from_numpy(observation).to(self.device), deterministic)
-        if self.view.one_hot:
-            action = action.argmax(-1)
-        return action.cpu().numpy(), log_prob.cpu().numpy()
+        return env_action(action, self.view.one_hot), log_prob.cpu().numpy()
 
 
 class ChainArrayActor(ArrayActor):
-    """A deterministic actor followed by stages that change its action (exploration noise, random actions):
-    the actor's own torch module on the observation tensor, then each stage's ``act_on(action)``, the same
-    arithmetic as the TensorDict modules without a TensorDict per step. No log-probability."""
+    """A deterministic network followed by stages that each turn what the one before wrote into the action or
+    change it (exploration noise, random actions, DQN's epsilon-greedy choice among Q-values): the network's own
+    torch module on the observation tensor, then each stage's ``act_on``, the same arithmetic as the TensorDict
+    modules without a TensorDict per step. No log-probability. Where the last stage's actions are one-hot (its
+    ``one_hot``: :meth:`rlplug.registry.protocols.Noise.act_on`), the env is handed their index."""
 
     log_prob_key = None
 
@@ -192,15 +192,28 @@ class ChainArrayActor(ArrayActor):
         plain = isinstance(actor, TensorDictModule) and not isinstance(actor, TensorDictSequential) \
             and not getattr(actor, "safe", False)  # a safe module projects onto its spec: not on this road
         if (not plain or len(actor.in_keys) != 1 or len(actor.out_keys) != 1
-                or not all(capability(stage, protocols.Noise.act_on) for stage in rest)):
-            raise TypeError("the policy must be a TensorDictModule reading one observation and writing the action, "
-                            "then stages with act_on(action)")
+                or not all(capability(stage, protocols.Noise.act_on) for stage in rest)
+                or not relayed([actor, *rest])):
+            raise TypeError("the policy must be a TensorDictModule reading one observation, then stages with "
+                            "act_on each reading what the one before wrote")
         self.module, self.stages, self.device = actor.module, rest, torch.device(device)
-        self.observation_key, self.action_key = actor.in_keys[0], actor.out_keys[0]
+        self.observation_key, self.action_key = actor.in_keys[0], stages[-1].out_keys[0]
+        self.one_hot = bool(rest and getattr(rest[-1], "one_hot", False))  # protocols.Noise.act_on says
 
     @torch.no_grad()
     def act(self, observation: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, None]:
         action = self.module(torch.from_numpy(observation).to(self.device))
         for stage in self.stages:
             action = stage.act_on(action)
-        return action.cpu().numpy(), None
+        return env_action(action, self.one_hot), None
+
+
+def relayed(stages: list[TensorDictModuleBase]) -> bool:
+    """Whether each stage after the first reads exactly the one key the stage before it writes."""
+    return all(len(before.out_keys) == 1 and list(getattr(stage, "in_keys", [])) == list(before.out_keys)
+               for before, stage in zip(stages, stages[1:]))
+
+
+def env_action(action: torch.Tensor, one_hot: bool) -> np.ndarray:
+    """An action tensor as gymnasium takes it: the index of a one-hot vector."""
+    return (action.argmax(-1) if one_hot else action).cpu().numpy()

@@ -265,7 +265,8 @@ class Noise(Protocol):
 
     @optional
     def act_on(self, action: Any) -> Any:
-        """The noisy action for an action tensor: lets collection skip the TensorDict per step."""
+        """The noisy action for an action tensor: lets collection skip the TensorDict per step. A stage whose
+        actions are one-hot vectors (Discrete actions in TorchRL's layout) says so: ``one_hot = True``."""
 
 
 class Preprocessor(Protocol):

@@ -115,7 +115,7 @@ def refuse_unbatchable_run(run: Run) -> None:
     if isinstance(collector, Collector) and collector.array_actor is None \
             and array_road_open(collector.env, collector.policy):  # the env offers it, the policy has no actor
         raise UserError(f"--batched acts for every seed with one array actor, and {title}'s policy here has no "
-                        f"array actor (epsilon-greedy; a stochastic policy with random_frames); {RETRY}",
+                        f"array actor (a stochastic policy with random_frames); {RETRY}",
                         path="algorithm")
     if not CollectorsTogether.can_take(collector):
         raise UserError(f"--batched steps the seeds' envs on the array road, which this env does not offer (a "

@@ -1,4 +1,4 @@
-"""Seeds of one off-policy recipe learning together (``rlplug run --seeds --batched``): SAC, DDPG and TD3.
+"""Seeds of one off-policy recipe learning together (``rlplug run --seeds --batched``): SAC, DDPG, TD3 and DQN.
 
 Each seed's algorithm is built as its own run builds it and stays the source of truth: its replay buffer (seeded
 from its seed) takes its own batches and draws its own samples, its schedules follow its frames, its loss module
@@ -8,10 +8,11 @@ trained, target and fixed, swapped in (:meth:`rlplug.core.stacked.StackedParamet
 of the summed losses gives each seed the gradient of its own loss; each learner (actor, critic, entropy
 coefficient: the loss's ``parameter_groups``) clips each seed's gradient norm on its own and steps one optimiser
 over its stack; the targets move towards the online rows of the same learner, all seeds at once (the loss's
-``target_parameters`` pair them).
+``target_parameters`` pair them). DQN moves its targets by frames, in each seed's own ``before_update``: its
+target network's parameters are views of its row of the stacked targets, so its own polyak step lands there.
 
-Acting: one call of the first seed's actor network with every seed's parameters, then each seed's own
-exploration stages (its noise, its random-action phase) on its share of the actions.
+Acting: one call of the first seed's actor network (DQN: its Q-network) with every seed's parameters, then each
+seed's own exploration stages (its noise, its epsilon-greedy choice, its random-action phase) on its share.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import torch
 import torch.distributions.normal as normal_module
 from tensordict import TensorDict, TensorDictBase
 
-from rlplug.core.acting import ArrayActor, ChainArrayActor, TorchArrayActor
+from rlplug.core.acting import ArrayActor, ChainArrayActor, TorchArrayActor, env_action
 from rlplug.core.stacked import StackedParameters, stacked_optimiser, store_rows
 from rlplug.core.training import FlatParameters, set_learning_rate, summed
 from rlplug.errors import UserError
@@ -250,7 +251,7 @@ class StackedChainActor(ArrayActor):
 
     def __init__(self, first: ChainArrayActor, module: Callable, stages: list[list], device: torch.device):
         self.module, self.stages, self.device = module, stages, device
-        self.observation_key, self.action_key = first.observation_key, first.action_key
+        self.observation_key, self.action_key, self.one_hot = first.observation_key, first.action_key, first.one_hot
 
     @torch.no_grad()
     def act(self, observation: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, None]:
@@ -260,4 +261,4 @@ class StackedChainActor(ArrayActor):
             for stage in stages:
                 action = stage.act_on(action)
             chosen.append(action)
-        return torch.stack(chosen).cpu().numpy(), None
+        return env_action(torch.stack(chosen), self.one_hot), None

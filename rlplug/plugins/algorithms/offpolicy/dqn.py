@@ -34,13 +34,17 @@ class EpsilonGreedy(TensorDictModuleBase):
         self.epsilon = epsilon
 
     def forward(self, data: TensorDictBase) -> TensorDictBase:
-        values = data.get("action_value")
+        data.set("action", self.act_on(data.get("action_value")))
+        return data
+
+    def act_on(self, values: torch.Tensor) -> torch.Tensor:
+        """The action for ``[..., actions]`` Q-values (what :meth:`forward` writes; the collector's array road
+        and seeds acting together call it directly)."""
         index = values.argmax(-1)
         if exploring() and self.epsilon > 0:
             explore = torch.rand(index.shape, device=index.device) < self.epsilon
             index = torch.where(explore, torch.randint_like(index, values.shape[-1]), index)
-        data.set("action", functional.one_hot(index, values.shape[-1]) if self.one_hot else index)
-        return data
+        return functional.one_hot(index, values.shape[-1]) if self.one_hot else index
 
 
 def linear_schedule(start: float, end: float, fraction: float, progress: float) -> float:

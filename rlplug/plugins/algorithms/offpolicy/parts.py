@@ -12,6 +12,7 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictModuleBase, TensorDictSequential
 from torch import nn
+from torchrl.data import OneHot
 from torchrl.envs.utils import ExplorationType, exploration_type
 from torchrl.modules import ProbabilisticActor
 
@@ -68,6 +69,7 @@ class RandomActions(TensorDictModuleBase):
         super().__init__()
         self.in_keys, self.out_keys = ["action"], ["action"]
         self.spec = action_spec[(0,) * env_dims] if env_dims else action_spec  # one env's actions
+        self.one_hot = isinstance(self.spec, OneHot)  # DQN's random phase, in the env's layout
         self.active = True
 
     def forward(self, data: TensorDictBase) -> TensorDictBase:
