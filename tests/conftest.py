@@ -144,3 +144,21 @@ def make_poisoned(poisoned_seed: int = 1, after_steps: int = {after_steps}):
 def rlplug_register_envs(register):
     register("{name}", make_poisoned)
 """
+
+
+def built_algorithm(recipe_path: Path, seed: int, overrides: list[str], batches: int = 1):
+    """The algorithm of ``seed``'s run and ``batches`` batches collected by its own collector (as Run builds
+    them): the seeds-together tests compare each seed's update with this one's."""
+    from rlplug.core.collect import Collector
+    from rlplug.core.envs import build_env
+    from rlplug.core.process import seed_everything
+    from rlplug.recipe import load
+
+    recipe = load(recipe_path, [f"run.seed={seed}", *overrides])
+    seed_everything(seed)
+    env = build_env(recipe.env)
+    algorithm = recipe.algorithm.build(observation_spec=env.observation_spec, action_spec=env.action_spec,
+                                       device="cpu", seed=seed, total_frames=recipe.run.total_frames,
+                                       run_dir=Path("unused"))
+    collector = Collector(env, algorithm.policy, algorithm.frames_per_batch, seed)
+    return algorithm, [collector.collect() for _ in range(batches)]

@@ -5,34 +5,18 @@ what cannot be batched is refused in one line."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
 
 import rlplug
-from rlplug.core.collect import Collector
-from rlplug.core.envs import build_env
-from rlplug.core.process import seed_everything
 from rlplug.plugins.algorithms.offpolicy.sac import SAC
 from rlplug.recipe import load
 from rlplug.run.batched import BatchedRun
 from rlplug.run.trainer import Run
-from tests.conftest import CANONICAL, ROOT, one_line_error, poisoned_env_plugin, rlplug_cli, run_cli
+from tests.conftest import CANONICAL, ROOT, built_algorithm, one_line_error, poisoned_env_plugin, rlplug_cli, run_cli
 
 SHORT = ["run.total_frames=1024", "run.checkpoint_every_frames=512", "eval.episodes=2", "eval.every_frames=0"]
-
-
-def built_algorithm(seed: int, overrides: list[str]):
-    """The algorithm of ``seed``'s run and one batch collected by its own collector (as Run builds them)."""
-    recipe = load(CANONICAL, [f"run.seed={seed}", *overrides])
-    seed_everything(seed)
-    env = build_env(recipe.env)
-    algorithm = recipe.algorithm.build(observation_spec=env.observation_spec, action_spec=env.action_spec,
-                                       device="cpu", seed=seed, total_frames=recipe.run.total_frames,
-                                       run_dir=Path("unused"))
-    batch = Collector(env, algorithm.policy, algorithm.frames_per_batch, seed).collect()
-    return algorithm, batch
 
 
 @pytest.mark.parametrize("overrides", [
@@ -46,8 +30,8 @@ def test_a_stacked_update_is_each_seeds_own_update(overrides):
     parameters, optimiser state and metrics equal up to rounding. Catches clipping over all seeds at once,
     a gradient leaking between seeds, an optimiser state not per seed, minibatches not drawn per seed."""
     seeds = [0, 5, 9]
-    together_built = [built_algorithm(seed, overrides) for seed in seeds]
-    alone_built = [built_algorithm(seed, overrides) for seed in seeds]
+    together_built = [(a, b[0]) for a, b in (built_algorithm(CANONICAL, seed, overrides) for seed in seeds)]
+    alone_built = [(a, b[0]) for a, b in (built_algorithm(CANONICAL, seed, overrides) for seed in seeds)]
     algorithms = [a for a, _ in together_built]
     together = algorithms[0].batched_update(algorithms, seeds)
     together.restart([100 + seed for seed in seeds])  # each seed's minibatch order from its own generator

@@ -6,7 +6,6 @@ resume goes on, and what cannot be batched is refused in one line."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -14,13 +13,10 @@ import torch.distributions.normal as normal_module
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 import rlplug
-from rlplug.core.collect import Collector
-from rlplug.core.envs import build_env
-from rlplug.core.process import seed_everything
 from rlplug.plugins.algorithms.offpolicy import batched as offpolicy_batched
 from rlplug.recipe import load
 from rlplug.run.batched import BatchedRun
-from tests.conftest import ROOT, one_line_error, poisoned_env_plugin, rlplug_cli, run_cli
+from tests.conftest import ROOT, built_algorithm, one_line_error, poisoned_env_plugin, rlplug_cli, run_cli
 
 RECIPES = ROOT / "recipes"
 SAC = RECIPES / "pendulum-sac.toml"
@@ -28,18 +24,6 @@ DQN = RECIPES / "cartpole-dqn.toml"
 #: small updates: 64 frames stored, 3 gradient steps of 32 samples
 SMALL = ["algorithm.steps_per_update=64", "algorithm.gradient_steps=3", "algorithm.batch_size=32",
          "algorithm.learning_starts=0"]
-
-
-def built_algorithm(recipe_path: Path, seed: int, overrides: list[str]):
-    """The algorithm of ``seed``'s run and two batches collected by its own collector (as Run builds them)."""
-    recipe = load(recipe_path, [f"run.seed={seed}", *overrides])
-    seed_everything(seed)
-    env = build_env(recipe.env)
-    algorithm = recipe.algorithm.build(observation_spec=env.observation_spec, action_spec=env.action_spec,
-                                       device="cpu", seed=seed, total_frames=recipe.run.total_frames,
-                                       run_dir=Path("unused"))
-    collector = Collector(env, algorithm.policy, algorithm.frames_per_batch, seed)
-    return algorithm, [collector.collect() for _ in range(2)]
 
 
 def fixed_noise(shape, dtype, device) -> torch.Tensor:
@@ -78,8 +62,8 @@ def test_a_stacked_gradient_step_is_each_seeds_own(recipe, overrides, monkeypatc
     monkeypatch.setattr(offpolicy_batched, "_standard_normal", fixed_noise)
     seeds = [0, 5, 9]
     overrides = [*SMALL, *overrides]
-    together_built = [built_algorithm(recipe, seed, overrides) for seed in seeds]
-    alone_built = [built_algorithm(recipe, seed, overrides) for seed in seeds]
+    together_built = [built_algorithm(recipe, seed, overrides, batches=2) for seed in seeds]
+    alone_built = [built_algorithm(recipe, seed, overrides, batches=2) for seed in seeds]
     algorithms = [a for a, _ in together_built]
     together = algorithms[0].batched_update(algorithms, seeds)
     for update in range(2):
@@ -140,7 +124,7 @@ def test_dqn_targets_move_by_each_seeds_frames_into_the_stack():
     stack, row by row, from each seed's own online row. No gradient step here (learning has not started)."""
     overrides = [*SMALL, "algorithm.learning_starts=100000", "algorithm.tau=0.25",
                  "algorithm.target_update_interval=64"]
-    built = [built_algorithm(DQN, seed, overrides) for seed in (0, 1)]
+    built = [built_algorithm(DQN, seed, overrides, batches=2) for seed in (0, 1)]
     algorithms = [a for a, _ in built]
     together = algorithms[0].batched_update(algorithms, [0, 1])
     online, target = together.stacks["q"].stacked, together.targets["q"].stacked
