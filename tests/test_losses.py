@@ -216,3 +216,18 @@ def test_a_loss_of_another_algorithm_is_one_line_before_anything_is_built(tmp_pa
                      "--set", "algorithm.loss.use=ddpg-loss", timeout=60)
     assert result.returncode == 2 and not out.exists(), result.stderr
     assert "algorithm.loss" in result.stderr and "not ppo" in result.stderr
+
+
+@pytest.mark.parametrize("loss", ["ppo-loss", "ClipPPOLoss"])
+def test_a_loss_is_moved_to_the_algorithms_device_when_built(loss):
+    """A buffer made on the CPU (PPO's clip range) failed every CUDA run's first update; "meta" stands in for
+    a device this CPU-only suite does not have."""
+    from types import SimpleNamespace
+
+    policy, critic, _ = networks("discrete", 0)
+    settings = SimpleNamespace(clip_epsilon=0.2, entropy_coef=0.0, value_coef=0.5, value_clip=None,
+                               normalize_advantages=True, kl_target=0.01, kl_penalty=1.0)
+    built = rlplug.make("loss", loss, networks={"policy": policy, "critic": critic}, settings=settings,
+                        device="meta")
+    tensors = [*built.buffers(), *built.parameters()]
+    assert tensors and all(t.device.type == "meta" for t in tensors)
