@@ -104,6 +104,27 @@ def test_without_transforms_the_gym_env_keeps_the_array_road(tmp_path):
     assert not array_road_open(transformed.run.env, transformed.run.algorithm.policy)
 
 
+def test_the_gym_frame_stack_option_is_torchrl_catframes_on_the_array_road():
+    """``frame_stack = k`` (gymnasium's wrapper, kept for the array road) and ``CatFrames(N=k)`` (TorchRL's
+    transform) are one meaning: the same observations step for step, across episode ends. Fails if either
+    stacks newest first, pads a new episode with zeros, or packs the frames in another order."""
+    stacked = recipe_with([], frame_stack=3).env.build(device="cpu")
+    catted = recipe_with([{"use": "CatFrames", "N": 3, "dim": -1, "in_keys": ["observation"]}]).env.build(device="cpu")
+    stacked.set_seed(3)
+    catted.set_seed(3)
+    mine, theirs = stacked.reset(), catted.reset()
+    assert torch.equal(mine.get("observation"), theirs.get("observation"))
+    actions, ended = torch.Generator().manual_seed(0), 0
+    for _ in range(60):
+        action = torch.nn.functional.one_hot(torch.randint(0, 2, (2,), generator=actions), 2)
+        step_mine, mine = stacked.step_and_maybe_reset(mine.set("action", action))
+        step_theirs, theirs = catted.step_and_maybe_reset(theirs.set("action", action.clone()))
+        assert torch.equal(step_mine.get(("next", "observation")), step_theirs.get(("next", "observation")))
+        assert torch.equal(mine.get("observation"), theirs.get("observation"))
+        ended += int(step_mine.get(("next", "done")).sum())
+    assert ended >= 2  # random CartPole episodes last about 20 steps: the padding after a reset was compared
+
+
 @pytest.mark.parametrize("transforms, where, words", [
     ([{"use": "RewardScalin"}], "env.transforms[0].use", ["did you mean 'RewardScaling'"]),
     ([{"use": "StepCounter"}, {"use": "RewardScaling", "scale": "x"}], "env.transforms[1].scale", ["number"]),

@@ -114,7 +114,7 @@ def make_vec_norm(
     out_keys: Keys | None = None,
     #: the statistics' memory: 1 weighs every sample alike, lower values favour recent ones
     decay: Annotated[float, Range(gt=0.0, le=1.0)] = 0.9999,
-    #: added to the variance
+    #: the smallest standard deviation it divides by
     eps: Positive = 1e-4,
     #: one set of statistics over the env's copies (false: per copy, which an eval env with another number
     #: of copies cannot take)
