@@ -1,8 +1,9 @@
 """rlplug vs Stable-Baselines3 on the same work, measured side by side.
 
 Workloads: ``ppo-cartpole`` (the canonical recipe against SB3 PPO with the same rl-baselines3-zoo
-hyperparameters) and ``ddpg-pendulum`` (``recipes/pendulum-ddpg.toml`` against SB3 DDPG with the recipe's
-hyperparameters). Each training run is a whole child process, so the numbers include interpreter
+hyperparameters), ``ddpg-pendulum`` (``recipes/pendulum-ddpg.toml`` against SB3 DDPG with the recipe's
+hyperparameters) and ``dqn-cartpole`` (``recipes/cartpole-dqn.toml`` against SB3 DQN with the zoo's settings the
+recipe starts from). Each training run is a whole child process, so the numbers include interpreter
 start-up, imports and evaluation: what a user waits for. The runs alternate
 (rlplug, sb3, rlplug, sb3, ...) so that drift on a shared, noisy machine hits both
 systems alike, and results are reported as medians with min-max and as ratios
@@ -55,6 +56,10 @@ WORKLOADS = {
     # the SB3 peer evaluates once, at the end: so does rlplug here (the recipe also evaluates every 5k frames)
     "ddpg-pendulum": Workload("recipes/pendulum-ddpg.toml", "benchmarks/peers/sb3_ddpg_pendulum.py", 20_000, -250.0,
                               same_work=("eval.every_frames=0",)),
+    # 400: issue 15's threshold for cartpole-dqn; SB3 runs the zoo's settings, the recipe adds double DQN and a
+    # cosine learning rate (benchmarks/peers/sb3_dqn_cartpole.py)
+    "dqn-cartpole": Workload("recipes/cartpole-dqn.toml", "benchmarks/peers/sb3_dqn_cartpole.py", 50_000, 400.0,
+                             same_work=("eval.every_frames=0",)),
 }
 SYSTEMS = ("rlplug", "sb3")
 STDERR_TAIL_LINES = 40

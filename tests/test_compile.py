@@ -81,13 +81,17 @@ def test_the_compiled_ddpg_loss_computes_the_eager_loss_and_gradients(tmp_path):
         run.close()
 
 
-def test_a_compiled_run_trains_from_the_command_line(tmp_path):
+def test_a_compiled_run_trains_from_the_command_line_and_resumes_eager(tmp_path):
     out = tmp_path / "run"
     result = run_cli("run", str(CANONICAL), "--out", str(out), "--set", "run.compile=true",
                      "--set", "run.total_frames=2048", "--set", "eval.episodes=2")
     assert result.returncode == 0, result.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["frames"] == 2048
+    # its checkpoint holds the eager module's keys: an eager resume loads it (a wrapped, renamed module fails here)
+    result = run_cli("resume", str(out), "--set", "run.compile=false", "--set", "run.total_frames=2560")
+    assert result.returncode == 0, result.stderr
+    assert json.loads((out / "summary.json").read_text())["frames"] == 2560
 
 
 def test_compile_is_refused_where_it_cannot_apply(tmp_path, monkeypatch):
