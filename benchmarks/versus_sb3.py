@@ -56,8 +56,8 @@ WORKLOADS = {
     # the SB3 peer evaluates once, at the end: so does rlplug here (the recipe also evaluates every 5k frames)
     "ddpg-pendulum": Workload("recipes/pendulum-ddpg.toml", "benchmarks/peers/sb3_ddpg_pendulum.py", 20_000, -250.0,
                               same_work=("eval.every_frames=0",)),
-    # 400: issue 15's threshold for cartpole-dqn; SB3 runs the zoo's settings, the recipe adds double DQN and a
-    # cosine learning rate (benchmarks/peers/sb3_dqn_cartpole.py)
+    # 400: issue 15's threshold for cartpole-dqn; SB3 runs the zoo's settings, the recipe changes three of them
+    # (double DQN, a cosine learning rate, 256 gradient steps a round: benchmarks/peers/sb3_dqn_cartpole.py)
     "dqn-cartpole": Workload("recipes/cartpole-dqn.toml", "benchmarks/peers/sb3_dqn_cartpole.py", 50_000, 400.0,
                              same_work=("eval.every_frames=0",)),
 }

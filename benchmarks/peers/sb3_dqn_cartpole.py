@@ -4,8 +4,9 @@ dqn-cartpole``.
 Hyperparameters are rl-baselines3-zoo's tuned CartPole-v1 DQN, the settings ``recipes/cartpole-dqn.toml``
 starts from (50k steps, lr 2.3e-3, batch 64, buffer 100k, 1000 steps before learning, gamma 0.99, 128 gradient
 steps every 256 env steps, the target copied every 10 steps, epsilon 1 to 0.04 over 16% of the run, [256, 256]
-ReLU). SB3's DQN has no double DQN and the zoo keeps the learning rate constant: the recipe changes both, so
-the comparison is the zoo's reference against the recipe, not the same arithmetic on both sides.
+ReLU). SB3's DQN has no double DQN, the zoo keeps the learning rate constant and takes 128 gradient steps a
+round: the recipe changes all three, so the comparison is the zoo's reference against the recipe, not the same
+arithmetic on both sides.
 """
 
 from __future__ import annotations
