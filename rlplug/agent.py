@@ -21,7 +21,7 @@ from torchrl.data import Composite, OneHot
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from rlplug import recipe as recipes
-from rlplug.core.acting import ActorView
+from rlplug.core.acting import ActorView, env_action
 from rlplug.core.envs import as_evaluation_env, env_capability
 from rlplug.core.heads import observation_key
 from rlplug.errors import UserError
@@ -125,7 +125,7 @@ class Agent:
         if read is not None:
             action = np.asarray(read(action))
         else:
-            action = (action.argmax(-1) if type(env.action_spec) is OneHot else action).cpu().numpy()
+            action = env_action(action, type(env.action_spec) is OneHot)
         return action[0] if single else action
 
     def save(self, path: str | Path) -> Path:
