@@ -8,7 +8,7 @@ annotations (:class:`Network`, :class:`Estimator`, ...) and parameter checks (:c
 from rlplug.registry.components import (Algorithm, Component, Env, Estimator, Logger, Loss, Network, Noise,
                                         Preprocessor, ReplayBuffer, Runner, Transform)
 from rlplug.errors import UserError
-from rlplug.registry import get_registry, make
+from rlplug.registry import get_registry
 from rlplug.registry.hookspecs import hookimpl
 from rlplug.registry.schema import CONTEXT_NAMES, Check, Range, Unbounded
 from rlplug.version import __version__
@@ -16,6 +16,10 @@ from rlplug.version import __version__
 
 
 def __getattr__(name: str):
+    if name == "make":
+        from rlplug.core.make import make
+
+        return make
     if name == "Agent":  # imported on first use: it brings torch and TorchRL, which `rlplug list` does without
         from rlplug.agent import Agent
 

@@ -22,7 +22,7 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from rlplug import recipe as recipes
 from rlplug.core.acting import ActorView, env_action
-from rlplug.core.envs import as_evaluation_env, env_capability
+from rlplug.core.env_members import as_evaluation_env, env_capability
 from rlplug.core.heads import observation_key
 from rlplug.errors import UserError
 from rlplug.run.directory import default_run_dir

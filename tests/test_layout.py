@@ -1,5 +1,6 @@
-"""The package's shape: no import cycles (function-level imports count), modules that fit on a few screens,
-and plugin registration that never loads torch."""
+"""The package's shape: imports that only run downwards (registry <- core <- plugins <- run <- CLI) and no import
+cycles, counting imports anywhere in a file and the parent packages every import runs; modules that fit on a few
+screens; plugin registration that never loads torch."""
 
 from __future__ import annotations
 
@@ -45,7 +46,46 @@ def imported_modules(name: str, path: Path) -> set[str]:
             visit(child)
 
     visit(tree)
-    return {module for module in found if module in MODULES and module != name}
+    found = {module for module in found if module in MODULES}
+    # importing rlplug.a.b runs rlplug/__init__.py and rlplug/a/__init__.py first; a module's own parents are
+    # already under way when it runs, so they are no edge of its own
+    found |= {parent for module in found for parent in parents(module)}
+    return found - {name} - parents(name)
+
+
+def parents(name: str) -> set[str]:
+    """The packages whose ``__init__`` importing ``name`` runs first."""
+    parts = name.split(".")
+    return {".".join(parts[:i]) for i in range(1, len(parts))}
+
+
+#: the layers, lowest first: a module may import its own layer and those below it, never one above
+LAYERS = (
+    ("rlplug.errors", "rlplug.version"),
+    ("rlplug.registry", "rlplug"),                                  # the public face re-exports the registry's
+    ("rlplug.core", "rlplug.networks", "rlplug.envs"),              # helpers shared by kinds; their public faces
+    ("rlplug.plugins",),
+    ("rlplug.recipe",),                                             # a recipe validated against loaded plugins
+    ("rlplug.run", "rlplug.agent"),
+    ("rlplug.cli", "rlplug.__main__"),
+)
+#: imports that go upwards on purpose, each with its reason
+UPWARD = {
+    ("rlplug", "rlplug.agent"): "rlplug.Agent is handed out on first use: `rlplug list` must not load torch",
+    ("rlplug", "rlplug.core.make"): "rlplug.make is handed out on first use, as Agent is",
+    ("rlplug", "rlplug.core"): "the package of rlplug.core.make",
+}
+
+
+def layer(name: str) -> int:
+    """The index in LAYERS of the longest prefix naming ``name`` or a package above it."""
+    best, depth = -1, -1
+    for index, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (name == prefix or name.startswith(prefix + ".")) and prefix.count(".") > depth:
+                best, depth = index, prefix.count(".")
+    assert best >= 0, f"{name} is in no layer of test_layout.LAYERS: add it where it belongs"
+    return best
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -79,6 +119,23 @@ def test_no_import_cycles():
     graph = {name: imported_modules(name, path) for name, path in MODULES.items()}
     cycle = find_cycle(graph)
     assert cycle is None, " -> ".join(cycle)
+
+
+def test_imports_only_run_downwards():
+    upward = [f"{name} imports {target}" for name, path in sorted(MODULES.items())
+              for target in sorted(imported_modules(name, path))
+              if layer(target) > layer(name) and (name, target) not in UPWARD]
+    assert not upward, "imports that climb a layer (registry <- core <- plugins <- run <- CLI): " + "; ".join(upward)
+
+
+def test_imports_count_parents_and_late_imports(tmp_path):
+    """A late import inside a function is seen, and importing rlplug.a.b counts rlplug.a."""
+    assert "rlplug.core.observations" in imported_modules("rlplug.core.envs", MODULES["rlplug.core.envs"])
+    source = tmp_path / "probe.py"
+    source.write_text("def f():\n    from rlplug.run.trainer import Run\n")
+    found = imported_modules("rlplug.core.probe", source)
+    assert {"rlplug.run.trainer", "rlplug.run"} <= found
+    assert layer("rlplug.run.trainer") > layer("rlplug.core.probe")
 
 
 def test_the_cycle_finder_finds_a_cycle():

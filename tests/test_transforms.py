@@ -12,6 +12,7 @@ import torch
 import rlplug
 from conftest import CANONICAL, run_cli
 from rlplug.core.collect import array_road_open
+from rlplug.core.transformed import build_transformed
 from rlplug.errors import UserError
 from rlplug.recipe import validate
 from rlplug.run.evaluation import build_eval_env
@@ -39,7 +40,7 @@ def steps(env, count: int = 3):
     ([{"use": "RewardScaling", "loc": 1.0}, {"use": "RewardScaling", "scale": 2.0}], 4.0),
 ])
 def test_transforms_apply_in_order_and_the_env_reward_is_kept(transforms, reward):
-    env = recipe_with(transforms).env.build(device="cpu")
+    env = build_transformed(recipe_with(transforms).env, device="cpu")
     for step in steps(env):
         assert torch.all(step.get(("next", "reward")) == reward)
         assert torch.all(step.get(("next", "env_reward")) == 1.0)  # CartPole's own reward
@@ -63,26 +64,27 @@ TRANSFORMS = {
 
 @pytest.mark.parametrize("name", sorted(TRANSFORMS))
 def test_each_transform_runs_on_a_gymnasium_env(name):
-    env = recipe_with([{"use": name, **TRANSFORMS[name]}]).env.build(device="cpu")
+    env = build_transformed(recipe_with([{"use": name, **TRANSFORMS[name]}]).env, device="cpu")
     for step in steps(env, 6):
         assert step.get(("next", "env_reward")).shape == (2, 1)
 
 
 def test_transforms_do_what_torchrl_says():
-    env = recipe_with([{"use": "CatFrames", "N": 3}, {"use": "ClipTransform", "in_keys": ["observation"],
-                                                        "low": -0.01, "high": 0.01},
-                       {"use": "StepCounter", "max_steps": 4}]).env.build(device="cpu")
+    env = build_transformed(recipe_with([{"use": "CatFrames", "N": 3},
+                                         {"use": "ClipTransform", "in_keys": ["observation"], "low": -0.01,
+                                          "high": 0.01},
+                                         {"use": "StepCounter", "max_steps": 4}]).env, device="cpu")
     assert env.observation_spec["observation"].shape == (2, 12)
     taken = steps(env, 4)
     assert all(step.get("observation").abs().max() <= 0.01 for step in taken)
     assert taken[-1].get(("next", "truncated")).all()  # StepCounter cut every episode at 4 steps
-    frame_skip = recipe_with([{"use": "FrameSkipTransform", "frame_skip": 3}]).env.build(device="cpu")
+    frame_skip = build_transformed(recipe_with([{"use": "FrameSkipTransform", "frame_skip": 3}]).env, device="cpu")
     assert torch.all(steps(frame_skip, 1)[0].get(("next", "env_reward")) == 3.0)  # three CartPole steps
 
 
 def test_the_eval_env_gets_the_same_transforms_and_the_training_statistics():
     recipe = recipe_with([{"use": "VecNorm"}, {"use": "CatFrames", "N": 2}, {"use": "StepCounter"}])
-    train, evaluation = recipe.env.build(device="cpu"), build_eval_env(recipe)
+    train, evaluation = build_transformed(recipe.env, device="cpu"), build_eval_env(recipe)
     assert evaluation.batch_size != train.batch_size
     assert evaluation.observation_spec["observation"].shape[-1] == train.observation_spec["observation"].shape[-1] == 8
     assert "step_count" in evaluation.observation_spec.keys()
@@ -108,8 +110,9 @@ def test_the_gym_frame_stack_option_is_torchrl_catframes_on_the_array_road():
     """``frame_stack = k`` (gymnasium's wrapper, kept for the array road) and ``CatFrames(N=k)`` (TorchRL's
     transform) are one meaning: the same observations step for step, across episode ends. Fails if either
     stacks newest first, pads a new episode with zeros, or packs the frames in another order."""
-    stacked = recipe_with([], frame_stack=3).env.build(device="cpu")
-    catted = recipe_with([{"use": "CatFrames", "N": 3, "dim": -1, "in_keys": ["observation"]}]).env.build(device="cpu")
+    stacked = build_transformed(recipe_with([], frame_stack=3).env, device="cpu")
+    catted = build_transformed(recipe_with([{"use": "CatFrames", "N": 3, "dim": -1, "in_keys": ["observation"]}]).env,
+                               device="cpu")
     stacked.set_seed(3)
     catted.set_seed(3)
     mine, theirs = stacked.reset(), catted.reset()
@@ -146,7 +149,7 @@ def test_bad_transform_tables_name_their_key(transforms, where, words):
 ])
 def test_transforms_that_do_not_fit_the_env_fail_before_training(transforms, where, words):
     with pytest.raises(UserError) as raised:
-        recipe_with(transforms).env.build(device="cpu")
+        build_transformed(recipe_with(transforms).env, device="cpu")
     assert str(raised.value).startswith(f"{where}:") and all(w in str(raised.value) for w in words)
     assert "\n" not in str(raised.value)
 

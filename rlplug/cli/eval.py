@@ -78,7 +78,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     import numpy as np
 
-    from rlplug.core.envs import as_evaluation_env, env_statistics
+    from rlplug.core.env_members import as_evaluation_env, env_statistics
     from rlplug.run.evaluation import evaluate
     from rlplug.run.trainer import Run
     from rlplug.run.video import env_name, open_video_env, record_video

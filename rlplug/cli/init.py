@@ -111,9 +111,10 @@ def check_builds(recipe, label: str) -> None:
     ``run`` would refuse only after validation, found before a recipe that cannot run is written."""
     import tempfile
 
+    from rlplug.core.transformed import build_transformed
     from rlplug.errors import UserError
 
-    env = recipe.env.build(device="cpu")
+    env = build_transformed(recipe.env, device="cpu")
     try:
         with tempfile.TemporaryDirectory() as scratch:
             recipe.algorithm.build(observation_spec=env.observation_spec, action_spec=env.action_spec, device="cpu",

@@ -27,7 +27,7 @@ from rlplug.core.episodes import EpisodeTracker
 from rlplug.errors import UserError
 from rlplug.core.recurrent import is_recurrent, with_recurrent_state
 from rlplug.core.transformed import env_rewards
-from rlplug.core.envs import env_capability
+from rlplug.core.env_members import env_capability
 from rlplug.registry import protocols
 
 def array_road_open(env: EnvBase, policy) -> bool:

@@ -17,7 +17,7 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from rlplug.core.acting import ArrayActor
 from rlplug.core.collect import COLUMNS, Collector, array_batch
-from rlplug.core.envs import env_capability
+from rlplug.core.env_members import env_capability
 from rlplug.registry import protocols
 
 

@@ -19,7 +19,7 @@ from tensordict.utils import unravel_key
 from torchrl.envs import EnvBase, FrameSkipTransform, Transform, TransformedEnv
 
 from rlplug.errors import UserError
-from rlplug.core.envs import env_capability
+from rlplug.core.env_members import env_capability
 from rlplug.registry import protocols
 
 #: where a transformed env's steps keep the env's own reward, beside the (maybe reshaped) ``reward``
@@ -123,6 +123,12 @@ def reads_reward(transform: Transform, reward_keys: Sequence[Any]) -> bool:
     """Whether ``transform`` reads (and so may reshape) a reward, by the keys it says it reads."""
     keys = {unravel_key(key) for key in reward_keys} | {unravel_key(("next", key)) for key in reward_keys}
     return any(unravel_key(key) in keys for key in (getattr(transform, "in_keys", None) or ()))
+
+
+def build_transformed(component: Any, **context: Any) -> EnvBase:
+    """A recipe's env component built, inside its ``[[env.transforms]]`` when it names any."""
+    env = component.build(**context)
+    return with_transforms(env, component.transforms, context) if component.transforms else env
 
 
 def with_transforms(env: EnvBase, components: Sequence[Any], context: dict[str, Any]) -> TransformedRecipeEnv:

@@ -12,7 +12,7 @@ from rlplug.registry.manager import get_registry
 from rlplug.registry.schema import convert, validate
 from rlplug.registry.registry import ComponentSpec, Registry, kind_of
 
-__all__ = ["ComponentSpec", "Registry", "get_registry", "kind_of", "resolve", "make"]
+__all__ = ["ComponentSpec", "Registry", "get_registry", "kind_of", "resolve"]
 
 
 def resolve(component_type: type[Component], table: Mapping[str, Any], path: str = "",
@@ -39,15 +39,3 @@ def resolve(component_type: type[Component], table: Mapping[str, Any], path: str
     except UserError as error:
         raise error.located(prefix=path) from None
     return component_type(spec, checked, path, **{key: tuple(value) for key, value in own.items()})
-
-
-def make(kind: str, name: str, **params: Any) -> Any:
-    """Build one component through the same validation a recipe gets.
-
-    Context names (``observation_spec``, ``role``, ...) may be passed too; they go to the factory as context.
-    """
-    from rlplug.registry.schema import CONTEXT_NAMES
-
-    component_type = COMPONENT_TYPES[kind_of(kind)]
-    context = {k: params.pop(k) for k in list(params) if k in CONTEXT_NAMES}
-    return resolve(component_type, {"use": name, **params}).build(**context)

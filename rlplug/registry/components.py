@@ -93,7 +93,9 @@ class ComponentFailure(UserError):
 @dataclass(frozen=True)
 class Env(Component):
     """An env and the ``[[env.transforms]]`` around it: any env plugin's table takes that key, which rlplug
-    applies (in order, through TorchRL's ``TransformedEnv``) to every env it builds from the recipe."""
+    applies (in order, through TorchRL's ``TransformedEnv``) to every env it builds from the recipe.
+    ``build()`` calls the env's factory alone; :func:`rlplug.core.transformed.build_transformed` adds the
+    transforms (the registry knows no TorchRL)."""
 
     kind = "env"
     transforms: tuple["Transform", ...] = ()
@@ -101,15 +103,6 @@ class Env(Component):
     def with_copies(self, count: int) -> "Env":
         """The same env with ``count`` copies where it takes ``num_envs``, else itself."""
         return self.with_params(num_envs=count) if "num_envs" in self.params else self
-
-    def build(self, **context: Any) -> Any:
-        """The env, inside its transforms when the recipe names any (their errors name ``env.transforms[i]``)."""
-        env = super().build(**context)
-        if not self.transforms:
-            return env
-        from rlplug.core.transformed import with_transforms
-
-        return with_transforms(env, self.transforms, context)
 
     def resolved(self) -> dict[str, Any]:
         table = super().resolved()

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union
 
 from rlplug.errors import ParameterError
+from rlplug.registry.components import Component
 from rlplug.errors import did_you_mean
 
 #: Parameter names the framework fills in itself when a factory asks for them; a recipe cannot set them.
@@ -130,8 +131,6 @@ class Schema:
     def check_defaults(self, what: str) -> None:
         """:class:`SchemaError` naming the parameter whose default breaks its own type or bounds (``Check``
         rules are left to validation: they may import what registration must not)."""
-        from rlplug.registry.components import Component
-
         for param in self.params.values():
             if param.required or param.default is None:
                 continue
@@ -180,7 +179,6 @@ def resolved_hints(owner: Any, names: list[str], what: str) -> dict[str, Any]:
 
 def unsupported(annotation: Any) -> str | None:
     """Why the schema cannot check values against ``annotation``, or None."""
-    from rlplug.registry.components import Component
 
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if annotation in (Any, REQUIRED, int, float, bool, str, type(None), list, tuple, dict):
@@ -224,7 +222,6 @@ def without_checks(annotation: Any) -> Any:
 
 
 def _component_kind(annotation: Any) -> bool:
-    from rlplug.registry.components import Component
 
     options = typing.get_args(annotation) if typing.get_origin(annotation) in (Union, types.UnionType) else (annotation,)
     return any(isinstance(o, type) and issubclass(o, Component) for o in options)
@@ -273,7 +270,6 @@ def validate(schema: Schema, values: Mapping[str, Any], *, what: str, resolve: C
 
 def convert(value: Any, annotation: Any, *, path: str, resolve: Callable | None = None) -> Any:
     """``value`` checked against ``annotation``, converted where TOML's types differ from Python's."""
-    from rlplug.registry.components import Component  # late: components imports this module
 
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if annotation is Any or annotation is REQUIRED:
@@ -396,7 +392,6 @@ def _shown(value: Any) -> str:
 
 def type_name(annotation: Any) -> str:
     """A short human name for an annotation: ``int``, ``list[int]``, ``'tanh' | 'relu'``, ``network``."""
-    from rlplug.registry.components import Component
 
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if annotation is Any or annotation is REQUIRED:

@@ -35,7 +35,7 @@ from rlplug.core.actions import ActionLayout, action_layout
 from rlplug.core.heads import observation_entries, observation_key
 from rlplug.core.recurrent import is_recurrent
 from rlplug.errors import UserError
-from rlplug.core.envs import env_capability
+from rlplug.core.env_members import env_capability
 from rlplug.registry import protocols
 
 FORMATS = ("onnx", "torchscript")

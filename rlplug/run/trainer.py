@@ -32,7 +32,8 @@ from rlplug.registry.protocols import capability, checked_metrics, conform
 from rlplug.run.checkpoints import load_checkpoint, rng_state, sealed, set_rng_state, tensors_finite
 from rlplug.run.directory import Claim, ensure_writable, write_atomically
 from rlplug.run.resuming import resumed_recipe
-from rlplug.core.envs import as_evaluation_env, build_env, close_env, env_statistics
+from rlplug.core.env_members import as_evaluation_env, close_env, env_statistics
+from rlplug.core.envs import build_env
 from rlplug.run.evaluation import build_eval_env, evaluate
 
 quiet_torchrl()

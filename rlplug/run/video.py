@@ -63,12 +63,13 @@ def open_video_env(recipe, statistics: dict[str, Any]):
     os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")  # its greeting would land on stdout
     if importlib.util.find_spec("imageio_ffmpeg") is None:
         raise UserError("--video needs the imageio-ffmpeg package: pip install imageio-ffmpeg")
-    from rlplug.core.envs import as_evaluation_env
+    from rlplug.core.env_members import as_evaluation_env
+    from rlplug.core.transformed import build_transformed
 
     env_id = env_name(recipe)
     env = None
     try:
-        env = render_recipe(recipe).env.build(device=recipe.run.device)
+        env = build_transformed(render_recipe(recipe).env, device=recipe.run.device)
         as_evaluation_env(env, statistics)
         env.stage.render()  # frames of the steps TorchRL took to infer the specs: not part of any episode
     except ComponentFailure as error:  # the env's factory raised: a missing renderer, a render_mode it lacks

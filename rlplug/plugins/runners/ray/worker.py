@@ -15,7 +15,8 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from rlplug.core.collect import Collector
-from rlplug.core.envs import build_env, env_statistics
+from rlplug.core.env_members import env_statistics
+from rlplug.core.envs import build_env
 from rlplug.core.process import prepare_process, seed_everything
 
 #: The key under which a worker's rollout carries its bookkeeping (popped before the learner sees the batch).
