@@ -26,7 +26,8 @@ from rlplug.core.env_members import as_evaluation_env, env_capability
 from rlplug.core.heads import observation_key
 from rlplug.errors import UserError
 from rlplug.run.directory import default_run_dir
-from rlplug.run.evaluation import EVAL_SEED_OFFSET, build_eval_env, evaluate
+from rlplug.recipe import EVAL_SEED_OFFSET
+from rlplug.run.evaluation import build_eval_env, evaluate
 from rlplug.run.trainer import Run
 from rlplug.registry import protocols
 

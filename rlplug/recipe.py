@@ -62,6 +62,11 @@ class RunSettings:
     keep_checkpoints: Annotated[int, Range(ge=1)] = 3
 
 
+#: Evaluation episodes start from seeds ``run.seed + EVAL_SEED_OFFSET + i``: apart from the training envs' seeds,
+#: and the same for a run's own evaluations, ``rlplug eval`` and ``Agent.evaluate``.
+EVAL_SEED_OFFSET = 10_000
+
+
 @dataclass(frozen=True)
 class EvalSettings:
     #: evaluate every this many frames (0: only at the end); always once at the end.

@@ -17,9 +17,8 @@ import sys
 from pathlib import Path
 
 from rlplug.errors import UserError
+from rlplug.recipe import EVAL_SEED_OFFSET
 
-#: The offset of evaluation seeds from the run's seed (what :meth:`rlplug.run.trainer.Run.evaluate` uses).
-EVAL_SEED_OFFSET = 10_000
 #: Containers ``--video`` writes (through ffmpeg, H.264).
 VIDEO_SUFFIXES = (".mp4",)
 #: At most this many returns are listed one by one.

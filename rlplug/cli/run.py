@@ -68,8 +68,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 @contextlib.contextmanager
 def long_lived_objects():
     """Importing torch, tensordict and TorchRL and building a run make millions of objects that live as long
-    as the process. Python's cyclic garbage collector would scan them again and again: about 0.7 s of
-    collections during the imports and about 1 s more at interpreter exit (BENCHMARKS.md). Collection is
+    as the process. Python's cyclic garbage collector would scan them again and again, during the imports and at
+    interpreter exit (what that costs: BENCHMARKS.md). Collection is
     paused while they are made, then they are frozen (``gc.freeze``: left out of every later collection;
     reference counting still frees whatever of them is dropped)."""
     gc.disable()

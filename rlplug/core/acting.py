@@ -1,7 +1,7 @@
 """Tensor-level views of TorchRL policy and value modules, for the hot loops.
 
 A TorchRL ``ProbabilisticActor`` is a parameter module followed by a distribution module; calling it on a
-TensorDict costs about ten times what the arithmetic does for small networks (measured in BENCHMARKS.md).
+TensorDict costs more than the arithmetic does for small networks (measured in BENCHMARKS.md).
 The views here call the same modules and the same distribution class directly on tensors, so collection
 and the loss pay only for the arithmetic. Nothing is copied: the view shares the module's parameters.
 """

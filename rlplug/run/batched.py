@@ -28,6 +28,7 @@ from rlplug.core.collect import Collector, array_road_open
 from rlplug.core.collect_together import CollectorsTogether
 from rlplug.core.recurrent import is_recurrent
 from rlplug.core.training import broken_metric
+from rlplug.plugins.algorithms.offpolicy.batched import RETRY
 from rlplug.errors import UserError, reported
 from rlplug.recipe import Recipe
 from rlplug.registry import protocols
@@ -37,7 +38,6 @@ from rlplug.run.trainer import Run, episode_seed, next_multiple
 
 #: The logger written once for all seeds (in the parent directory, with the means over seeds), not per seed.
 SHARED_LOGGERS = ("rlplug:console",)
-RETRY = "run --seeds without --batched"
 
 
 class SeedRun(Run):

@@ -11,10 +11,8 @@ from rlplug.core.envs import build_env
 from rlplug.core.episodes import EpisodeTracker
 from rlplug.core.transformed import env_rewards
 from rlplug.core.recurrent import is_recurrent, with_recurrent_state
-from rlplug.recipe import Recipe
+from rlplug.recipe import EVAL_SEED_OFFSET, Recipe
 
-#: Evaluation episodes start from seeds ``run.seed + EVAL_SEED_OFFSET + i`` (what :meth:`Run.evaluate` uses).
-EVAL_SEED_OFFSET = 10_000
 
 
 def build_eval_env(recipe: Recipe, episodes: int | None = None) -> EnvBase:

@@ -38,7 +38,7 @@ TITLES = {"median": "Median", "iqm": "IQM", "mean": "Mean", "optimality_gap": "O
 
 
 def rliable():
-    """``(library, metrics)`` of rliable, imported on first use (about 2 s: arch, scipy, statsmodels)."""
+    """``(library, metrics)`` of rliable, imported on first use (slow to import: arch, scipy, statsmodels)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

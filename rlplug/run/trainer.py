@@ -26,7 +26,7 @@ from torchrl.envs import EnvBase
 from rlplug.core.process import prepare_process, quiet_torchrl, seed_everything
 from rlplug.core.training import NonFiniteError, all_finite, broken_metric, storages_of
 from rlplug.errors import UserError, WorkersLost, reported
-from rlplug.recipe import Recipe, read_toml, validate
+from rlplug.recipe import EVAL_SEED_OFFSET, Recipe, read_toml, validate
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability, checked_metrics, conform
 from rlplug.run.checkpoints import load_checkpoint, rng_state, sealed, set_rng_state, tensors_finite
@@ -375,7 +375,7 @@ class Run:
         statistics = self.env_statistics()
         as_evaluation_env(self.eval_env, statistics)
         self.eval_returns = evaluate(self.eval_env, self.algorithm.policy, self.recipe.eval.episodes,
-                                     seed=self.recipe.run.seed + 10_000)
+                                     seed=self.recipe.run.seed + EVAL_SEED_OFFSET)
         for logger in loggers:
             logger.log({"eval_return_mean": float(np.mean(self.eval_returns)),
                         "eval_return_std": float(np.std(self.eval_returns))}, self.frames)
@@ -390,7 +390,7 @@ class Run:
         as_evaluation_env(self.video_env, statistics)
         path = self.run_dir / "videos" / f"frames-{self.frames:012d}.mp4"
         record_video(self.video_env, self.algorithm.policy, path, env_id=env_name(self.recipe), episodes=1,
-                     seed=self.recipe.run.seed + 10_000)
+                     seed=self.recipe.run.seed + EVAL_SEED_OFFSET)
         for logger in loggers:
             log_video = capability(logger, protocols.Logger.log_video)
             if log_video:

@@ -158,7 +158,7 @@ def film_episode(env, policy, seed: int, write, cannot_render) -> tuple[float, i
     actor = actor_view_for(env, policy)
     total, steps, ended = 0.0, 0, False
     with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
-        if actor is not None:  # the tensor road, as rlplug.core.collect.evaluate takes it
+        if actor is not None:  # the array road on tensors, as the collector takes it
             observation = env.reset_tensors(seed=seed)
             write(frames_now(False))
             while not ended:

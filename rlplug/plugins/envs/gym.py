@@ -1,9 +1,10 @@
 """Env construction helpers shared by env plugins, and the tensor-stepping gymnasium env.
 
 :class:`VectorGymEnv` is TorchRL's ``GymWrapper`` (so it is a full ``EnvBase``, transforms and all) with one
-addition: :meth:`~VectorGymEnv.step_tensors`, a step that takes and returns plain tensors. TorchRL's
-TensorDict step costs about ten times gymnasium's own step for cheap envs such as CartPole; rlplug's
-collector uses the tensor step whenever the env offers it (see :mod:`rlplug.core.collect`).
+addition: the array road, :meth:`~VectorGymEnv.step_arrays` and :meth:`~VectorGymEnv.step_tensors`, steps that
+take and return plain arrays or tensors. TorchRL's TensorDict step costs far more than gymnasium's own step for
+cheap envs such as CartPole (BENCHMARKS.md); rlplug's collector takes the array road whenever the env offers it
+(see :mod:`rlplug.core.collect`).
 
 Everything that changes what the agent sees is applied where both roads pass, so that TorchRL's ``env.step``
 and :meth:`~VectorGymEnv.step_tensors` give the same numbers:

@@ -188,7 +188,7 @@ class ReplayBuffer:
             # A read-only TorchRL buffer over the stored rows as they are now, which hands the SliceSampler the
             # buffer's generator. The sampler indexes the episodes of the storage it reads and keeps that index
             # while it reads the same one: rebuilt after every write, kept between writes. compilable: plain
-            # counters instead of shared-memory ones, which cost ~0.25 ms each to create (the view is never shared).
+            # counters instead of shared-memory ones, which are slow to create (the view is never shared).
             stored = TensorStorage(self._ring[:len(self)], device=self.storage_device, compilable=True)
             self._sequences = (self._write_count, TorchRLReplayBuffer(
                 storage=stored, sampler=self._slices, writer=ImmutableDatasetWriter(), generator=self.generator))

@@ -5,7 +5,7 @@
 rollouts (synchronously, or first come, first served for asynchronous algorithms such as IMPALA) and pushes
 weights to them. What runs inside each actor is :mod:`.worker`'s ``WorkerCollector``, a TorchRL ``BaseCollector``
 around rlplug's own collector, so workers step their envs on the same fast road as a local run (TorchRL's
-TensorDict-per-step collector costs several times more per CartPole step; BENCHMARKS.md). In gradient mode
+TensorDict-per-step collector costs more per step; BENCHMARKS.md). In gradient mode
 (``mode = "gradients"``) the same actors also hold a copy of the algorithm and compute the update's gradients
 on their own rollouts (:mod:`.gradients`; the protocol is :class:`~rlplug.plugins.algorithms.onpolicy.base.OnPolicy`'s).
 
