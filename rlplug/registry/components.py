@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from rlplug.errors import UserError
 
@@ -56,7 +56,7 @@ class Component:
         """The component and who provides it, for messages: ``network 'mlp' (plugin rlplug 0.1.0)``."""
         return f"{self.kind} '{self.spec.name}' (plugin {self.spec.plugin} {self.spec.version})"
 
-    def with_params(self, **changes: Any) -> "Component":
+    def with_params(self, **changes: Any) -> Self:
         """The same component with some parameters replaced (values the caller knows to be valid)."""
         return replace(self, params={**self.params, **changes})
 

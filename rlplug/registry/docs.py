@@ -163,7 +163,7 @@ def _class_body(source: str) -> list[str]:
     node = tree.body[0] if tree.body else None
     if not isinstance(node, ast.ClassDef):
         return lines
-    skip = set()
+    skip: set[int] = set()
     for child in node.body:
         if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             first = min([child.lineno, *(d.lineno for d in child.decorator_list)])
@@ -175,7 +175,7 @@ def signature_comments(factory: Callable) -> dict[str, str]:
     """``#:`` comments above the parameters of a function's signature (the lines from ``def`` to its body)."""
     function = factory if inspect.isroutine(factory) else getattr(factory, "__init__", None)
     try:
-        source = textwrap.dedent(inspect.getsource(function))
+        source = textwrap.dedent(inspect.getsource(function))  # type: ignore[arg-type]  # None: caught below
         tree = ast.parse(source)
     except Exception:  # no source, or none Python can parse on its own: documentation is best effort
         return {}

@@ -8,6 +8,7 @@ plugins are strict (``--strict-plugins`` or ``RLPLUG_STRICT_PLUGINS=1``), where 
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import inspect
@@ -63,7 +64,7 @@ def load_registry(*, strict: bool = False) -> Registry:
     version = importlib.metadata.version("rlplug") if _installed("rlplug") else "0+unknown"
     for module_name in BUILTIN_MODULES:
         record = PluginRecord(BUILTIN_PLUGIN, version, module_name)
-        _load_one(manager, registry, record, lambda m=module_name: importlib.import_module(m), strict)
+        _load_one(manager, registry, record, functools.partial(importlib.import_module, module_name), strict)
     for entry_point in _entry_points():
         dist = entry_point.dist
         record = PluginRecord(entry_point.name, dist.version if dist else "?",

@@ -19,7 +19,7 @@ from rlplug.errors import UserError, one_line
 
 def optional(member: Callable) -> Callable:
     """Marks a protocol member as optional: rlplug uses it where an object has it."""
-    member.__rlplug_optional__ = True
+    setattr(member, "__rlplug_optional__", True)  # noqa: B010 (a marker mypy cannot know functions take)
     return member
 
 

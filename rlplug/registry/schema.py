@@ -198,7 +198,7 @@ def unsupported(annotation: Any) -> str | None:
         return unsupported(args[1]) if args else None
     if isinstance(annotation, type) and issubclass(annotation, Component):
         return None
-    if dataclasses.is_dataclass(annotation):
+    if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
         try:
             Schema.of(annotation)
         except SchemaError as error:
@@ -213,11 +213,13 @@ def without_checks(annotation: Any) -> Any:
     if origin is Annotated:
         rules = [rule for rule in args[1:] if not isinstance(rule, Check)]
         base = without_checks(args[0])
-        return Annotated[(base, *rules)] if rules else base
+        return Annotated[(base, *rules)] if rules else base  # type: ignore[misc]  # built at run time
     if origin in (Union, types.UnionType):
-        return Union[tuple(without_checks(a) for a in args)]
+        return Union[tuple(without_checks(a) for a in args)]  # type: ignore[misc]  # built at run time
     if origin in (list, tuple, Sequence, dict, Mapping) and args:
-        return origin[tuple(without_checks(a) for a in args)] if origin is not Sequence else Sequence[without_checks(args[0])]
+        if origin is Sequence:
+            return Sequence[without_checks(args[0])]  # type: ignore[misc]  # built at run time
+        return origin[tuple(without_checks(a) for a in args)]
     return annotation
 
 
@@ -303,7 +305,7 @@ def convert(value: Any, annotation: Any, *, path: str, resolve: Callable | None 
             raise ParameterError(f"expected a {annotation.kind} table with a 'use' key, got {_shown(value)}",
                                  path=path)
         return resolve(annotation, value, path)
-    if dataclasses.is_dataclass(annotation):
+    if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
         if isinstance(value, annotation):
             return value
         if not isinstance(value, Mapping):
