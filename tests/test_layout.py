@@ -63,7 +63,7 @@ def parents(name: str) -> set[str]:
 LAYERS = (
     ("rlplug.errors", "rlplug.version"),
     ("rlplug.registry", "rlplug"),                                  # the public face re-exports the registry's
-    ("rlplug.core", "rlplug.networks", "rlplug.envs"),              # helpers shared by kinds; their public faces
+    ("rlplug.core", "rlplug.networks", "rlplug.envs", "rlplug.functional"),  # shared by kinds; public faces
     ("rlplug.plugins",),
     ("rlplug.recipe",),                                             # a recipe validated against loaded plugins
     ("rlplug.run", "rlplug.agent"),
