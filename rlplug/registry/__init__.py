@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rlplug.registry.components import COMPONENT_TYPES, Component
+from rlplug.registry.components import Component
 from rlplug.errors import UserError
 from rlplug.errors import a
 from rlplug.registry.manager import get_registry

@@ -11,7 +11,7 @@ from rlplug.core.envs import build_env
 from rlplug.core.episodes import EpisodeTracker
 from rlplug.core.transformed import env_rewards
 from rlplug.core.recurrent import is_recurrent, with_recurrent_state
-from rlplug.recipe import EVAL_SEED_OFFSET, Recipe
+from rlplug.recipe import Recipe
 
 
 
