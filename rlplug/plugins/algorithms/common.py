@@ -53,6 +53,16 @@ CONTEXT_DEFAULTS = {"device": "cpu"}
 REPLAY_CONTEXT = {"seed": 0, "run_dir": None}
 
 
+def field_default(field: dataclasses.Field) -> Any:
+    """A config field's default as the schema reads it: its ``default``, or a value of its ``default_factory``,
+    or none (a required key)."""
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return inspect.Parameter.empty
+
+
 def factory_for(config_class: type, algorithm: str, optional_context: dict[str, Any] | None = None):
     """A registrable factory whose signature is the config's fields (the recipe table) plus the context.
 
@@ -66,7 +76,7 @@ def factory_for(config_class: type, algorithm: str, optional_context: dict[str, 
     parameters += [inspect.Parameter(name, keyword) for name in CONTEXT if name not in CONTEXT_DEFAULTS]
     parameters += [inspect.Parameter(name, keyword, default=default) for name, default in CONTEXT_DEFAULTS.items()]
     for field in dataclasses.fields(config_class):
-        default = field.default if field.default is not dataclasses.MISSING else inspect.Parameter.empty
+        default = field_default(field)
         parameters.append(inspect.Parameter(field.name, keyword, default=default, annotation=hints[field.name]))
 
     def factory(**values: Any):
