@@ -41,7 +41,7 @@ def documents() -> list:
 def code_commands(text: str):
     """The shell commands in a Markdown text's code: each line of a fenced block, and each inline code span (one
     may wrap across lines), each split at ``&&``."""
-    fenced = re.compile(r"^```[^\n]*\n(.*?)^```", re.S | re.M)
+    fenced = re.compile(r"^```[^\n]*\n(.*?)^```", re.DOTALL | re.MULTILINE)
     lines = [line for block in fenced.finditer(text) for line in block.group(1).splitlines()]
     spans = [" ".join(span.split()) for span in re.findall(r"`([^`]+)`", fenced.sub("", text))]
     for command in lines + spans:
@@ -108,7 +108,7 @@ def test_every_documented_install_resolves_to_its_extras_requirements_with_a_new
     result = subprocess.run(
         [python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--report", str(report),
          "-c", "constraints.txt", f".[{','.join(extras)}]"],
-        cwd=ROOT, capture_output=True, text=True, timeout=900)
+        cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
     pip_says = result.stdout + result.stderr
     assert result.returncode == 0, pip_says[-3000:]
     assert [line for line in pip_says.splitlines() if "does not provide the extra" in line] == []
