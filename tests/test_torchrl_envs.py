@@ -262,7 +262,7 @@ def test_a_plugin_returning_torchrl_pendulum_as_it_is_trains(install, monkeypatc
 
 def test_dm_control_without_the_package_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "dm_control", None)
-    with pytest.raises(UserError, match=r'pip install "rlplug\[dm_control\]"'):
+    with pytest.raises(UserError, match=r'pip install "rlplug\[dm-control\]"'):
         rlplug.make("env", "dm_control", domain="cheetah", task="run")
 
 

@@ -269,7 +269,7 @@ def make_dm_control(
     in_keys: InKeys = None,
     device: str = "cpu",
 ):
-    """A DeepMind Control suite task through TorchRL's ``DMControlEnv`` (``pip install "rlplug[dm_control]"``):
+    """A DeepMind Control suite task through TorchRL's ``DMControlEnv`` (``pip install "rlplug[dm-control]"``):
     observations as float32 entries (cheetah: ``position``, ``velocity``) concatenated for the networks,
     continuous actions in [-1, 1], rewards in [0, 1] per step."""
     from rlplug.plugins.envs.torchrl_envs import make_dm_control as make

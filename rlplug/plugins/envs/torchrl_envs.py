@@ -50,7 +50,7 @@ def import_suite(from_pixels: bool):
     rendered through EGL unless ``MUJOCO_GL`` says otherwise (dm_control would try a window first); state
     alone leaves the renderer to dm_control. Its warnings about a missing display are dropped."""
     if importlib.util.find_spec("dm_control") is None:
-        raise UserError('the dm_control env needs the dm-control package: pip install "rlplug[dm_control]"',
+        raise UserError('the dm_control env needs the dm-control package: pip install "rlplug[dm-control]"',
                         path="env")
     if from_pixels and "dm_control" not in sys.modules and not os.environ.get("DISPLAY"):
         os.environ.setdefault("MUJOCO_GL", "egl")
