@@ -18,6 +18,8 @@ from rlplug.run.tune import Dimension, Study, optuna
 
 KINDS = {"float": ("low", "high", "log", "step"), "int": ("low", "high", "log", "step"), "categorical": ("choices",)}
 EXAMPLE = '"algorithm.lr" = {type = "float", low = 1e-4, high = 3e-3, log = true}'
+TOO_DEEP = (f"nested too deeply: a space file's tables, arrays and keys nest at most {recipes.MAX_NESTING} levels, "
+            f"as a recipe's do")
 
 
 def read_space(path: Path) -> list[Dimension]:
@@ -31,6 +33,11 @@ def read_space(path: Path) -> list[Dimension]:
         raise UserError(f"--space {path}: cannot read it: {error}") from None
     except tomllib.TOMLDecodeError as error:
         raise UserError(f"invalid TOML: {error}", file=str(path)) from None
+    except RecursionError:  # the parser recurses once per level of nesting
+        raise UserError(TOO_DEEP, file=str(path)) from None
+    too_deep = recipes.nesting_beyond_limit(data)
+    if too_deep is not None:  # before flatten(), which recurses as deep
+        raise UserError(TOO_DEEP, file=str(path), path=too_deep)
     entries: dict[str, Any] = {}
     flatten(data, "", entries)
     if not entries:
