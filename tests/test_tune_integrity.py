@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
-from conftest import CANONICAL, one_line_error, run_cli
+from conftest import CANONICAL, one_line_error, run_cli, start_cli
 
 TINY = ["--set", "run.total_frames=128", "--set", "eval.every_frames=0", "--set", "eval.episodes=1",
         "--set", "algorithm.frames_per_batch=128", "--set", "algorithm.minibatch_size=128"]
@@ -68,6 +71,27 @@ def a_directory(database: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("make, fragment", [
+    (empty, "study.db holds no study"),
+    (foreign_tables, "study.db is an SQLite database of something else (tables invoices)"),
+    (another_study, "study.db holds Optuna studies of other names ('someone-elses')"),
+    (random_bytes, "study.db is not a readable SQLite database"),
+    (truncated, "study.db is not a readable SQLite database"),
+    (a_directory, "study.db is not a file"),
+])
+def test_a_study_db_that_is_not_this_tunes_is_refused_and_nothing_changes(tmp_path, make, fragment):
+    out = tmp_path / "study"
+    out.mkdir()
+    for name, data in EARLIER.items():
+        (out / name).write_bytes(data)
+    make(out / "study.db")
+    before = snapshot(out)
+    one_line_error(tune(tmp_path, out, "--trials", "1"), f"--out {out}: ", fragment, "nothing was changed",
+                   "choose another --out")
+    assert snapshot(out) == before
+
+
+@pytest.mark.slow
 def test_a_space_nested_3000_deep_is_one_line(tmp_path):
     out = tmp_path / "study"
     deep = "a = " + "{b = " * 3000 + "1" + "}" * 3000 + "\n"  # the TOML parser recurses once per level
@@ -84,3 +108,47 @@ def test_space_tables_nested_3000_deep_are_one_error(tmp_path):
     space.write_text("[" + ".".join(["a"] * 3000) + "]\nx = {type = \"int\", low = 1, high = 2}\n")
     with pytest.raises(UserError, match="nested too deeply"):
         read_space(space)
+
+
+@pytest.mark.slow
+def test_a_tune_on_a_directory_another_tune_holds_says_so(tmp_path):
+    """The first tune holds the lock and has not yet made its study: the second is told another tune runs."""
+    out = tmp_path / "study"
+    out.mkdir()
+    hold = (f"import fcntl, time\nlock = open({str(out / 'tune.lock')!r}, 'a')\nfcntl.flock(lock, fcntl.LOCK_EX)\n"
+            "print('held', flush=True)\ntime.sleep(600)\n")
+    holder = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        before = snapshot(out)
+        one_line_error(tune(tmp_path, out, "--trials", "1"),
+                       f"--out {out}: another rlplug tune is running in this directory")
+        assert snapshot(out) == before
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+
+
+@pytest.mark.slow
+def test_two_tunes_started_at_once_one_runs_and_the_other_says_why_not(tmp_path):
+    out = tmp_path / "study"
+    (tmp_path / "space.toml").write_text(SPACE)
+    args = ["tune", str(CANONICAL), "--space", str(tmp_path / "space.toml"), "--out", str(out), *TINY,
+            "--trials", "1000"]
+    tunes = [start_cli(*args), start_cli(*args)]
+    try:
+        deadline = time.monotonic() + 240
+        while all(process.poll() is None for process in tunes):
+            assert time.monotonic() < deadline, "neither tune stopped"
+            time.sleep(0.1)
+        loser, winner = sorted(tunes, key=lambda process: process.poll() is None)
+        stdout, stderr = loser.communicate()
+        one_line_error(subprocess.CompletedProcess(args, loser.returncode, stdout, stderr),
+                       f"--out {out}: another rlplug tune is running in this directory")
+        assert winner.poll() is None, winner.communicate()
+    finally:
+        for process in tunes:
+            if process.poll() is None:
+                process.kill()
+            process.communicate()

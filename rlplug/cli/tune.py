@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -55,9 +56,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     out = study_spec.out
     if args.worker is not None:
         return work(study_spec, args)
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "study.db").exists())):
-        raise UserError(f"--out {out}: exists and holds no rlplug tune study; choose a new directory, or an "
-                        f"earlier tune's --out to continue its study")
+    check_out(out)
     if args.jobs > 1 and study_spec.recipe({}).runner.spec.qualified_name != "rlplug:local":
         raise UserError("--jobs runs trials in processes on this machine; with [runner] use = \"ray\" give "
                         "--jobs 1 (the runner already spreads each trial's collection over Ray's workers)")
@@ -110,6 +109,30 @@ def prepare(args: argparse.Namespace):
     return study
 
 
+def check_out(out: Path) -> None:
+    """``--out`` refused before anything is written in it: another tune at work there, or a directory (or
+    study.db) that is not an rlplug tune study, whose files a new study would overwrite."""
+    from rlplug.run.tune import DATABASE, study_problem
+
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise UserError(f"--out {out}: is a file, not a study's directory; choose a new directory, or an earlier "
+                        f"tune's --out to continue its study")
+    if (out / LOCK).is_file() and locked(out / LOCK):
+        raise busy(out)
+    database = out / DATABASE
+    others = [path for path in out.iterdir() if path.name not in (LOCK, DATABASE)]
+    if database.exists() or database.is_symlink():
+        problem = study_problem(database, alone=not others)
+        if problem is not None:
+            raise UserError(f"--out {out}: {problem}; nothing was changed: move it away to start a new study "
+                            f"there, or choose another --out")
+    elif others:
+        raise UserError(f"--out {out}: exists and holds no rlplug tune study; choose a new directory, or an "
+                        f"earlier tune's --out to continue its study")
+
+
 def objective(study_spec):
     from rlplug.run.tune import Objective
 
@@ -118,8 +141,6 @@ def objective(study_spec):
 
 def work(study_spec, args: argparse.Namespace) -> int:
     """A worker process of ``--jobs``: its share of the trials, on the study its parent opened."""
-    import os
-
     from rlplug.run.tune import stop_when_orphaned
 
     study = study_spec.open(sampler_seed=1000 * (args.worker + 1) + len(study_spec.open().trials))
@@ -158,9 +179,27 @@ def held(path: Path):
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise UserError(f"--out {path.parent}: another rlplug tune is running on this study; wait for it to "
-                            f"finish, or choose another --out") from None
+            raise busy(path.parent) from None
         yield
+
+
+def locked(path: Path) -> bool:
+    """Whether another process holds the lock ``path`` now (looked at without creating or keeping it)."""
+    try:
+        import fcntl
+    except ImportError:
+        return False
+    with open(path, "rb") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+    return False
+
+
+def busy(out: Path) -> UserError:
+    return UserError(f"--out {out}: another rlplug tune is running in this directory; wait for it to finish, "
+                     f"or choose another --out")
 
 
 def report(study, study_spec) -> None:
@@ -182,3 +221,4 @@ def report(study, study_spec) -> None:
     written, skipped = write_plots(study, out)
     plots = ", ".join(map(str, written)) or "none"
     print(f"plots: {plots}{'; not drawn: ' + '; '.join(skipped) if skipped else ''}")
+
