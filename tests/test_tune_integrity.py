@@ -111,6 +111,41 @@ def test_space_tables_nested_3000_deep_are_one_error(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not Path("/sys/kernel").is_dir(), reason="needs Linux's /sys, where no one may make a directory")
+def test_an_out_that_cannot_be_made_says_so_in_one_line(tmp_path):
+    out = Path("/sys/rlplug-tune-test")
+    line = one_line_error(tune(tmp_path, out, "--trials", "1"), f"--out {out}: cannot write")
+    assert "checkpoints" not in line and ".tmp" not in line
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.name == "posix" and os.geteuid() == 0, reason="root writes in read-only directories")
+def test_a_read_only_study_is_refused_before_anything_is_written(tmp_path):
+    out = tmp_path / "study"
+    out.mkdir()
+    optuna_study(out / "study.db", "rlplug")
+    for path in (out / "study.db", out):
+        path.chmod(0o555)
+    try:
+        line = one_line_error(tune(tmp_path, out, "--trials", "1"), f"--out {out}: cannot write to")
+    finally:
+        out.chmod(0o755)
+    assert "checkpoints" not in line and ".tmp" not in line
+
+
+@pytest.mark.slow
+def test_a_file_tune_cannot_write_is_named_not_its_temporary_file(tmp_path):
+    out = tmp_path / "study"
+    out.mkdir()
+    optuna_study(out / "study.db", "rlplug")
+    (out / "trials.csv").mkdir()  # where the table goes: its rename fails after the trial
+    line = one_line_error(tune(tmp_path, out, "--trials", "1"),
+                          f"--out {out}: cannot write {out / 'trials.csv'}",
+                          f"run the same tune again: the finished trials are kept in {out / 'study.db'}")
+    assert "checkpoints" not in line and ".tmp" not in line
+
+
+@pytest.mark.slow
 def test_a_tune_on_a_directory_another_tune_holds_says_so(tmp_path):
     """The first tune holds the lock and has not yet made its study: the second is told another tune runs."""
     out = tmp_path / "study"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
 import subprocess
 import sys
@@ -45,6 +46,7 @@ def add_commands(subparsers) -> None:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    from rlplug.run.directory import ensure_writable
     from rlplug.run.tune import optuna
 
     optuna()  # the one-line hint to install the extra, before anything else
@@ -57,10 +59,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.worker is not None:
         return work(study_spec, args)
     check_out(out)
+    ensure_writable(out)
     if args.jobs > 1 and study_spec.recipe({}).runner.spec.qualified_name != "rlplug:local":
         raise UserError("--jobs runs trials in processes on this machine; with [runner] use = \"ray\" give "
                         "--jobs 1 (the runner already spreads each trial's collection over Ray's workers)")
-    out.mkdir(parents=True, exist_ok=True)
+    with writing(out, out):
+        out.mkdir(parents=True, exist_ok=True)
     with held(out / LOCK):
         study = study_spec.open()
         stale = study_spec.fail_stale_trials(study)
@@ -128,6 +132,9 @@ def check_out(out: Path) -> None:
         if problem is not None:
             raise UserError(f"--out {out}: {problem}; nothing was changed: move it away to start a new study "
                             f"there, or choose another --out")
+        if not os.access(database, os.W_OK):
+            raise UserError(f"--out {out}: cannot write to {database}; make it writable, or copy the directory "
+                            f"to a place you can write to and give that --out")
     elif others:
         raise UserError(f"--out {out}: exists and holds no rlplug tune study; choose a new directory, or an "
                         f"earlier tune's --out to continue its study")
@@ -175,7 +182,9 @@ def held(path: Path):
     except ImportError:  # no advisory locks here (Windows): one tune at a time is up to the user
         yield
         return
-    with open(path, "a") as handle:
+    with contextlib.ExitStack() as stack:
+        with writing(path.parent, path):  # only the opening: what fails in the block is not the lock's
+            handle = stack.enter_context(open(path, "a"))
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -210,15 +219,35 @@ def report(study, study_spec) -> None:
     states = {}
     for trial in study.trials:
         states[trial.state.name.lower()] = states.get(trial.state.name.lower(), 0) + 1
-    print(f"{len(study.trials)} trials: {', '.join(f'{n} {state}' for state, n in states.items())}; "
-          f"{write_trials_csv(study, out / 'trials.csv')}")
-    best = write_best(study, study_spec, out / "best.toml")
+    with writing(out, out / "trials.csv"):
+        table = write_trials_csv(study, out / "trials.csv")
+    print(f"{len(study.trials)} trials: {', '.join(f'{n} {state}' for state, n in states.items())}; {table}")
+    with writing(out, out / "best.toml"):
+        best = write_best(study, study_spec, out / "best.toml")
     if best is None:
         print("no trial has finished yet: no best.toml")
     else:
         path, trial = best
         print(f"best: trial {trial.number}, {trial.value:.4g} ({trial.user_attrs.get('run_dir')}); recipe: {path}")
-    written, skipped = write_plots(study, out)
+    with writing(out, "the plots"):
+        written, skipped = write_plots(study, out)
     plots = ", ".join(map(str, written)) or "none"
     print(f"plots: {plots}{'; not drawn: ' + '; '.join(skipped) if skipped else ''}")
 
+
+@contextlib.contextmanager
+def writing(out: Path, what: Path | str):
+    """A write in ``out`` that fails (a read-only path, a full disk) as one line naming ``what``, not the
+    temporary file it went through, and saying what to do for this tune."""
+    from rlplug.run.tune import DATABASE
+
+    try:
+        yield
+    except OSError as error:
+        if error.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            todo = "free some space"
+        else:
+            todo = "make it writable, or give an --out you can write to"
+        kept = (f", then run the same tune again: the finished trials are kept in {out / DATABASE}"
+                if (out / DATABASE).is_file() else "")
+        raise UserError(f"--out {out}: cannot write {what}: {error.strerror or error}; {todo}{kept}") from None
