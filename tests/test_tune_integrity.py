@@ -187,3 +187,34 @@ def test_two_tunes_started_at_once_one_runs_and_the_other_says_why_not(tmp_path)
             if process.poll() is None:
                 process.kill()
             process.communicate()
+
+
+@pytest.mark.slow
+def test_more_jobs_than_cores_is_one_warning(tmp_path):
+    jobs = len(os.sched_getaffinity(0)) + 1 if hasattr(os, "sched_getaffinity") else os.cpu_count() + 1
+    result = tune(tmp_path, tmp_path / "study", "--trials", "1", "--jobs", str(jobs))
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"rlplug: warning: --jobs {jobs}: more processes than the "), lines
+
+
+@pytest.mark.slow
+def test_more_trials_than_a_study_can_number_are_refused(tmp_path):
+    out = tmp_path / "study"
+    one_line_error(tune(tmp_path, out, "--trials", str(10**20), timeout=120), f"--trials {10**20}: ",
+                   "more trials than a study can number")
+    assert not out.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("space, fragments", [
+    ('"algorithm.lr" = {type = "float", low = -1.0, high = -0.5}', ["algorithm.lr: low = -1.0: must be > 0"]),
+    ('"algorithm.epochs" = {type = "int", low = -5, high = 0}', ["algorithm.epochs: low = -5: must be >= 1"]),
+    ('"algorithm.policy.use" = {type = "categorical", choices = ["mlp", "cnn"]}',  # valid, found only by building
+     ["algorithm.policy.use: choices[1] = 'cnn' cannot run: ", "this env observes none"]),
+])
+def test_a_space_value_no_trial_could_run_with_is_refused_before_the_first(tmp_path, space, fragments):
+    out = tmp_path / "study"
+    one_line_error(tune(tmp_path, out, "--trials", "2", space=space + "\n"), str(tmp_path / "space.toml"),
+                   *fragments)
+    assert not out.exists()

@@ -15,11 +15,14 @@ import errno
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
-from rlplug.errors import UserError
+from rlplug.errors import RlplugWarning, UserError
 
 LOCK = "tune.lock"
+#: The most trials one call may ask for: Optuna numbers a study's trials in SQLite's signed 64-bit integers.
+MAX_TRIALS = 2**63 - 1
 
 
 def add_commands(subparsers) -> None:
@@ -52,8 +55,17 @@ def cmd_tune(args: argparse.Namespace) -> int:
     optuna()  # the one-line hint to install the extra, before anything else
     if args.trials < 1:
         raise UserError(f"--trials {args.trials}: expected at least 1")
+    if args.trials > MAX_TRIALS:
+        raise UserError(f"--trials {args.trials}: more trials than a study can number (SQLite's integers stop at "
+                        f"{MAX_TRIALS}); for a tune that goes on until you stop it, give a large --trials and press "
+                        f"Ctrl-C: the finished trials are kept")
     if args.jobs < 1:
         raise UserError(f"--jobs {args.jobs}: expected at least 1")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if args.jobs > cores:
+        warnings.warn(RlplugWarning(f"--jobs {args.jobs}: more processes than the {cores} CPU cores this tune may "
+                                    f"use; its trials share them, each slower (--jobs {cores} or fewer keeps "
+                                    f"one core each)"))
     study_spec = prepare(args)
     out = study_spec.out
     if args.worker is not None:
@@ -91,6 +103,7 @@ def prepare(args: argparse.Namespace):
     import copy
 
     from rlplug import recipe as recipes
+    from rlplug.cli.init import check_builds
     from rlplug.cli.run import parse_seeds
     from rlplug.run.directory import default_run_dir
     from rlplug.run.tune import Study
@@ -109,7 +122,7 @@ def prepare(args: argparse.Namespace):
     space = read_space(args.space)
     out = args.out or default_run_dir(Path(f"tune-{args.recipe.stem}"))
     study = Study(args.recipe, base, space, seeds, out)
-    check_space(space, study, args.space, seeds)
+    check_space(space, study, args.space, seeds, build=check_builds)
     return study
 
 
