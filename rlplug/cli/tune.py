@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
+import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
-from rlplug.errors import UserError
+from rlplug.errors import RlplugWarning, UserError
 
 LOCK = "tune.lock"
+#: The most trials one call may ask for: Optuna numbers a study's trials in SQLite's signed 64-bit integers.
+MAX_TRIALS = 2**63 - 1
 
 
 def add_commands(subparsers) -> None:
@@ -44,24 +49,34 @@ def add_commands(subparsers) -> None:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    from rlplug.run.directory import ensure_writable
     from rlplug.run.tune import optuna
 
     optuna()  # the one-line hint to install the extra, before anything else
     if args.trials < 1:
         raise UserError(f"--trials {args.trials}: expected at least 1")
+    if args.trials > MAX_TRIALS:
+        raise UserError(f"--trials {args.trials}: more trials than a study can number (SQLite's integers stop at "
+                        f"{MAX_TRIALS}); for a tune that goes on until you stop it, give a large --trials and press "
+                        f"Ctrl-C: the finished trials are kept")
     if args.jobs < 1:
         raise UserError(f"--jobs {args.jobs}: expected at least 1")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if args.jobs > cores:
+        warnings.warn(RlplugWarning(f"--jobs {args.jobs}: more processes than the {cores} CPU cores this tune may "
+                                    f"use; its trials share them, each slower (--jobs {cores} or fewer keeps "
+                                    f"one core each)"))
     study_spec = prepare(args)
     out = study_spec.out
     if args.worker is not None:
         return work(study_spec, args)
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / "study.db").exists())):
-        raise UserError(f"--out {out}: exists and holds no rlplug tune study; choose a new directory, or an "
-                        f"earlier tune's --out to continue its study")
+    check_out(out)
+    ensure_writable(out)
     if args.jobs > 1 and study_spec.recipe({}).runner.spec.qualified_name != "rlplug:local":
         raise UserError("--jobs runs trials in processes on this machine; with [runner] use = \"ray\" give "
                         "--jobs 1 (the runner already spreads each trial's collection over Ray's workers)")
-    out.mkdir(parents=True, exist_ok=True)
+    with writing(out, out):
+        out.mkdir(parents=True, exist_ok=True)
     with held(out / LOCK):
         study = study_spec.open()
         stale = study_spec.fail_stale_trials(study)
@@ -88,6 +103,7 @@ def prepare(args: argparse.Namespace):
     import copy
 
     from rlplug import recipe as recipes
+    from rlplug.cli.init import check_builds
     from rlplug.cli.run import parse_seeds
     from rlplug.run.directory import default_run_dir
     from rlplug.run.tune import Study
@@ -106,8 +122,35 @@ def prepare(args: argparse.Namespace):
     space = read_space(args.space)
     out = args.out or default_run_dir(Path(f"tune-{args.recipe.stem}"))
     study = Study(args.recipe, base, space, seeds, out)
-    check_space(space, study, args.space, seeds)
+    check_space(space, study, args.space, seeds, build=check_builds)
     return study
+
+
+def check_out(out: Path) -> None:
+    """``--out`` refused before anything is written in it: another tune at work there, or a directory (or
+    study.db) that is not an rlplug tune study, whose files a new study would overwrite."""
+    from rlplug.run.tune import DATABASE, study_problem
+
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise UserError(f"--out {out}: is a file, not a study's directory; choose a new directory, or an earlier "
+                        f"tune's --out to continue its study")
+    if (out / LOCK).is_file() and locked(out / LOCK):
+        raise busy(out)
+    database = out / DATABASE
+    others = [path for path in out.iterdir() if path.name not in (LOCK, DATABASE)]
+    if database.exists() or database.is_symlink():
+        problem = study_problem(database, alone=not others)
+        if problem is not None:
+            raise UserError(f"--out {out}: {problem}; nothing was changed: move it away to start a new study "
+                            f"there, or choose another --out")
+        if not os.access(database, os.W_OK):
+            raise UserError(f"--out {out}: cannot write to {database}; make it writable, or copy the directory "
+                            f"to a place you can write to and give that --out")
+    elif others:
+        raise UserError(f"--out {out}: exists and holds no rlplug tune study; choose a new directory, or an "
+                        f"earlier tune's --out to continue its study")
 
 
 def objective(study_spec):
@@ -118,8 +161,6 @@ def objective(study_spec):
 
 def work(study_spec, args: argparse.Namespace) -> int:
     """A worker process of ``--jobs``: its share of the trials, on the study its parent opened."""
-    import os
-
     from rlplug.run.tune import stop_when_orphaned
 
     study = study_spec.open(sampler_seed=1000 * (args.worker + 1) + len(study_spec.open().trials))
@@ -154,13 +195,33 @@ def held(path: Path):
     except ImportError:  # no advisory locks here (Windows): one tune at a time is up to the user
         yield
         return
-    with open(path, "a") as handle:
+    with contextlib.ExitStack() as stack:
+        with writing(path.parent, path):  # only the opening: what fails in the block is not the lock's
+            handle = stack.enter_context(open(path, "a"))
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise UserError(f"--out {path.parent}: another rlplug tune is running on this study; wait for it to "
-                            f"finish, or choose another --out") from None
+            raise busy(path.parent) from None
         yield
+
+
+def locked(path: Path) -> bool:
+    """Whether another process holds the lock ``path`` now (looked at without creating or keeping it)."""
+    try:
+        import fcntl
+    except ImportError:
+        return False
+    with open(path, "rb") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+    return False
+
+
+def busy(out: Path) -> UserError:
+    return UserError(f"--out {out}: another rlplug tune is running in this directory; wait for it to finish, "
+                     f"or choose another --out")
 
 
 def report(study, study_spec) -> None:
@@ -171,14 +232,35 @@ def report(study, study_spec) -> None:
     states = {}
     for trial in study.trials:
         states[trial.state.name.lower()] = states.get(trial.state.name.lower(), 0) + 1
-    print(f"{len(study.trials)} trials: {', '.join(f'{n} {state}' for state, n in states.items())}; "
-          f"{write_trials_csv(study, out / 'trials.csv')}")
-    best = write_best(study, study_spec, out / "best.toml")
+    with writing(out, out / "trials.csv"):
+        table = write_trials_csv(study, out / "trials.csv")
+    print(f"{len(study.trials)} trials: {', '.join(f'{n} {state}' for state, n in states.items())}; {table}")
+    with writing(out, out / "best.toml"):
+        best = write_best(study, study_spec, out / "best.toml")
     if best is None:
         print("no trial has finished yet: no best.toml")
     else:
         path, trial = best
         print(f"best: trial {trial.number}, {trial.value:.4g} ({trial.user_attrs.get('run_dir')}); recipe: {path}")
-    written, skipped = write_plots(study, out)
+    with writing(out, "the plots"):
+        written, skipped = write_plots(study, out)
     plots = ", ".join(map(str, written)) or "none"
     print(f"plots: {plots}{'; not drawn: ' + '; '.join(skipped) if skipped else ''}")
+
+
+@contextlib.contextmanager
+def writing(out: Path, what: Path | str):
+    """A write in ``out`` that fails (a read-only path, a full disk) as one line naming ``what``, not the
+    temporary file it went through, and saying what to do for this tune."""
+    from rlplug.run.tune import DATABASE
+
+    try:
+        yield
+    except OSError as error:
+        if error.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            todo = "free some space"
+        else:
+            todo = "make it writable, or give an --out you can write to"
+        kept = (f", then run the same tune again: the finished trials are kept in {out / DATABASE}"
+                if (out / DATABASE).is_file() else "")
+        raise UserError(f"--out {out}: cannot write {what}: {error.strerror or error}; {todo}{kept}") from None

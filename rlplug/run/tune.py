@@ -9,11 +9,13 @@ The search space file and everything the study writes besides the runs are :mod:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
 import math
 import os
+import sqlite3
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,6 +136,31 @@ class Study:
             storage.set_trial_system_attr(trial_id, "rlplug_interrupted", True)
             storage.set_trial_state_values(trial_id, optuna_.trial.TrialState.FAIL)
         return len(stale)
+
+
+def study_problem(database: Path, alone: bool) -> str | None:
+    """Why ``database`` is not a study a tune may go on with, or None. Read in SQLite's read-only mode,
+    because Optuna opening a file creates its tables there: an empty or foreign file would become a new
+    study in silence. ``alone``: nothing but the lock file beside it, so that an empty database (a tune
+    stopped before its study was made) loses no earlier results by starting one."""
+    if not database.is_file():
+        return f"{database.name} is not a file"
+    try:
+        with contextlib.closing(sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True)) as db:
+            check = db.execute("PRAGMA quick_check").fetchone()
+            if check != ("ok",):
+                return f"{database.name} is a damaged SQLite database ({check[0]})"
+            tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            names = [name for (name,) in db.execute("SELECT study_name FROM studies")] if "studies" in tables else []
+    except sqlite3.Error as error:
+        return f"{database.name} is not a readable SQLite database ({error})"
+    if tables and "studies" not in tables:
+        return f"{database.name} is an SQLite database of something else (tables {', '.join(sorted(tables))})"
+    if names and STUDY_NAME not in names:
+        return f"{database.name} holds Optuna studies of other names ({', '.join(map(repr, names))})"
+    if not names and not alone:
+        return f"{database.name} holds no study, beside the files of an earlier tune"
+    return None
 
 
 class Objective:

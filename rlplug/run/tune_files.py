@@ -8,6 +8,7 @@ import csv
 import io
 import tomllib
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ from rlplug.run.tune import Dimension, Study, optuna
 
 KINDS = {"float": ("low", "high", "log", "step"), "int": ("low", "high", "log", "step"), "categorical": ("choices",)}
 EXAMPLE = '"algorithm.lr" = {type = "float", low = 1e-4, high = 3e-3, log = true}'
+TOO_DEEP = (f"nested too deeply: a space file's tables, arrays and keys nest at most {recipes.MAX_NESTING} levels, "
+            f"as a recipe's do")
 
 
 def read_space(path: Path) -> list[Dimension]:
@@ -31,6 +34,11 @@ def read_space(path: Path) -> list[Dimension]:
         raise UserError(f"--space {path}: cannot read it: {error}") from None
     except tomllib.TOMLDecodeError as error:
         raise UserError(f"invalid TOML: {error}", file=str(path)) from None
+    except RecursionError:  # the parser recurses once per level of nesting
+        raise UserError(TOO_DEEP, file=str(path)) from None
+    too_deep = recipes.nesting_beyond_limit(data)
+    if too_deep is not None:  # before flatten(), which recurses as deep
+        raise UserError(TOO_DEEP, file=str(path), path=too_deep)
     entries: dict[str, Any] = {}
     flatten(data, "", entries)
     if not entries:
@@ -88,9 +96,11 @@ def dimension(key: str, table: Any, path: Path) -> Dimension:
                      step=None if step is None else cast(step))
 
 
-def check_space(space: list[Dimension], study: Study, space_file: Path, seeds: list[int] | None) -> None:
-    """Every key with each bound of its distribution set into the recipe, validated as ``--set`` is: an
-    unknown key or a value out of range is an error before the first trial."""
+def check_space(space: list[Dimension], study: Study, space_file: Path, seeds: list[int] | None,
+                build: Callable[[Any, str], None] | None = None) -> None:
+    """Every key with each bound of its distribution (each choice) set into the recipe, validated as ``--set``
+    is and, with ``build`` (which raises a UserError where the recipe's env and algorithm cannot be built),
+    built: an unknown key or a value no trial could run with is an error before the first trial."""
     for dimension in space:
         if seeds is not None and dimension.key == "run.seed":
             raise UserError("--seeds chooses the seeds; leave run.seed out of the space", file=str(space_file),
@@ -99,7 +109,7 @@ def check_space(space: list[Dimension], study: Study, space_file: Path, seeds: l
             try:
                 data = copy.deepcopy(study.base)
                 recipes.set_value(data, dimension.key, value, file=str(space_file))
-                recipes.validate(data, file=str(study.recipe_file))
+                recipe = recipes.validate(data, file=str(study.recipe_file))
             except UserError as error:
                 if error.path == dimension.key and error.message.startswith("unknown key"):
                     raise UserError(error.message, file=str(space_file), path=dimension.key) from None
@@ -108,6 +118,11 @@ def check_space(space: list[Dimension], study: Study, space_file: Path, seeds: l
                                     path=dimension.key) from None
                 raise UserError(f"{label} = {value!r} makes the recipe invalid: {error}", file=str(space_file),
                                 path=dimension.key) from None
+            if build is not None:
+                try:
+                    build(recipe, f"{label} = {value!r} cannot run")
+                except UserError as error:
+                    raise UserError(str(error), file=str(space_file), path=dimension.key) from None
 
 
 # -- what a study writes --------------------------------------------------------------------------------------
