@@ -125,6 +125,14 @@ def test_video_refuses_an_env_that_is_not_gymnasium():
         render_recipe(recipes.load(corridor))
 
 
+def test_cannot_render_names_an_error_that_has_no_message():
+    from rlplug.run.video import cannot_render
+
+    error = cannot_render("CartPole-v1", RuntimeError())  # was "...frames here: str", the message's type
+    assert str(error) == "--video: CartPole-v1 cannot render rgb_array frames here: RuntimeError"
+    assert str(cannot_render("CartPole-v1", OSError("no\n  display"))).endswith("frames here: no display")
+
+
 class Payload:
     """A pickle that would run a command if it were ever unpickled."""
 

@@ -130,7 +130,8 @@ class _RecipeWriter:
     their parent's keys. Values are written one per line (tomli_w's scalars, arrays and tables inline)."""
 
     def __init__(self, registry, width: int = 100):
-        self.registry, self.width, self.lines = registry, width, []
+        self.registry, self.width = registry, width
+        self.lines: list[str] = []
 
     def text(self) -> str:
         return "\n".join(self.lines).rstrip("\n") + "\n"

@@ -98,7 +98,7 @@ def hidden_from_torchrl(packages: list[str]):
     usual, though the TorchRL parts that wanted them stay off in this process."""
     hidden = [name for name in packages if name not in sys.modules]
     for name in hidden:
-        sys.modules[name] = None  # the import system's mark for "not importable"
+        sys.modules[name] = None  # type: ignore[assignment]  # None marks a module unimportable
     try:
         yield
     finally:

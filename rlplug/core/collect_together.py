@@ -11,6 +11,8 @@ that seed alone. Only the array road is taken.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from tensordict import TensorDictBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
@@ -46,14 +48,20 @@ class CollectorsTogether:
     def _collect(self) -> list[TensorDictBase]:
         collectors, seeds = self.collectors, len(self.collectors)
         envs, steps = collectors[0].envs, collectors[0].steps
+        states: list[Any] = []  # each env's numpy observations (reset_arrays')
+        steppers = []
         for collector in collectors:
+            if collector.step_arrays is None:
+                raise ValueError("collectors step together on the array road only (CollectorsTogether.can_take)")
             if collector.state is None:
                 collector.state = env_capability(collector.env, protocols.Env.reset_arrays)(seed=collector.seed)
-        observation = np.stack([collector.state for collector in collectors])
+            states.append(collector.state)
+            steppers.append(collector.step_arrays)
+        observation = np.stack(states)
         buffers: list[np.ndarray | None] = []
         for t in range(steps):
             action, log_prob = self.actor.act(observation)
-            transitions = [collector.step_arrays(action[k]) for k, collector in enumerate(collectors)]
+            transitions = [step(action[k]) for k, step in enumerate(steppers)]
             next_observation, reward, terminated, truncated, following = (np.stack(part) for part in zip(*transitions))
             values = (observation, action, log_prob, next_observation, reward, terminated, truncated)
             if not buffers:  # sized by the first step: [seeds, envs, time, ...] of each value's own dtype

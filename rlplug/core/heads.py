@@ -162,6 +162,9 @@ class ConcatInputs(nn.Module):
 class TanhBounds(nn.Module):
     """Features squashed by tanh into ``[low, high]``: ``low + (high - low) * (tanh(x) + 1) / 2``."""
 
+    center: torch.Tensor
+    half_range: torch.Tensor
+
     def __init__(self, low: torch.Tensor, high: torch.Tensor):
         super().__init__()
         self.register_buffer("center", (high + low) / 2)
@@ -203,8 +206,8 @@ def share_body(policy: nn.Module, critic: nn.Module) -> None:
     own hidden layers are replaced by the policy's, so both losses train them. Both networks must be built
     by :func:`with_head` with the same hidden layers."""
     policy_trunk, critic_trunk = _trunk(policy), _trunk(critic)
-    shapes = [[tuple(p.shape) for p in layer.parameters()] for layer in policy_trunk[:-1]]
-    if shapes != [[tuple(p.shape) for p in layer.parameters()] for layer in critic_trunk[:-1]]:
+    shapes = [[tuple(p.shape) for p in layer.parameters()] for layer in list(policy_trunk)[:-1]]
+    if shapes != [[tuple(p.shape) for p in layer.parameters()] for layer in list(critic_trunk)[:-1]]:
         raise ValueError("shared_body needs a policy and a critic with the same hidden layers")
     for index in range(len(policy_trunk) - 1):
         critic_trunk[index] = policy_trunk[index]
@@ -258,6 +261,7 @@ def wrap(trunk: nn.Module, *, role: str, observation_spec: Composite, action_spe
         distribution = OneHotCategorical if layout.one_hot else Categorical
         return ProbabilisticActor(logits, in_keys=["logits"], distribution_class=distribution,
                                   spec=action_spec, return_log_prob=True)
+    module: nn.Module
     if log_std == "parameter":
         module = StateIndependentScale(trunk, layout.size, log_std_init)
     elif log_std == "state":
@@ -274,12 +278,12 @@ def wrap(trunk: nn.Module, *, role: str, observation_spec: Composite, action_spe
                                   spec=action_spec, return_log_prob=True)
     if squash != "tanh":
         raise ValueError(f"unknown squash '{squash}' (options: 'tanh', 'none')")
-    bounds = {}
+    tanh_bounds: dict[str, torch.Tensor] = {}
     if hasattr(action_spec.space, "low"):  # one env's bounds: the spec carries the env batch dims in front
         first_env = (0,) * observation_spec.ndim
-        bounds = {"low": action_spec.space.low[first_env], "high": action_spec.space.high[first_env]}
+        tanh_bounds = {"low": action_spec.space.low[first_env], "high": action_spec.space.high[first_env]}
     return ProbabilisticActor(params, in_keys=["loc", "scale"], distribution_class=TanhNormal,
-                              distribution_kwargs={**bounds, **event}, spec=action_spec, return_log_prob=True)
+                              distribution_kwargs={**tanh_bounds, **event}, spec=action_spec, return_log_prob=True)
 
 
 def _event_shape(layout: ActionLayout) -> list[nn.Module]:

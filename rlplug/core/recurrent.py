@@ -35,7 +35,7 @@ from torchrl.modules.utils import get_primers_from_module
 
 from rlplug.core.acting import tensor_function
 from rlplug.core.heads import observation_key, observation_shape, with_head
-from rlplug.core.layers import build_layers
+from rlplug.core.layers import Init, build_layers
 from rlplug.errors import UserError
 
 Cell = Literal["lstm", "gru"]
@@ -77,7 +77,7 @@ class RecurrentNetwork(TensorDictSequential):
 
 
 def make_recurrent(cell: Cell, *, observation_spec: Composite, action_spec: TensorSpec, role: str,
-                   hidden_size: int, num_layers: int, head_layers: list[dict], init: str,
+                   hidden_size: int, num_layers: int, head_layers: list[dict], init: Init,
                    device: str = "cpu") -> RecurrentNetwork:
     """An LSTM or GRU core over the observation, then a head of ``head_layers`` (layer tables) for ``role``.
 

@@ -51,9 +51,12 @@ class StackedParameters:
         """Each seed's gradient norm clipped to ``max_grad_norm`` on its own (clip_grad_norm_'s rule), then one
         step; returns the norms before clipping ``[seeds]``. A seed with a non-finite norm is stepped with its
         NaN (the caller stops it); the other seeds' rows never see it."""
-        norms = torch.linalg.vector_norm(self.stacked.grad, dim=1)
+        grad = self.stacked.grad
+        if grad is None:
+            raise RuntimeError("clip_and_step needs the stack's gradient: a stack built with trained = False has none")
+        norms = torch.linalg.vector_norm(grad, dim=1)
         if max_grad_norm:
-            self.stacked.grad.mul_((max_grad_norm / (norms + 1e-6)).clamp(max=1.0).unsqueeze(1))
+            grad.mul_((max_grad_norm / (norms + 1e-6)).clamp(max=1.0).unsqueeze(1))
         optimiser.step()
         return norms
 
@@ -91,6 +94,8 @@ class StackedParameters:
 class Calling(torch.nn.Module):
     """``function`` as the forward of a module holding ``module``: what ``torch.func.functional_call`` swaps
     parameters into (a TorchRL loss's own ``named_parameters`` takes none of the arguments it passes)."""
+
+    function: Callable
 
     def __init__(self, module: torch.nn.Module, function: Callable):
         super().__init__()

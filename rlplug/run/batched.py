@@ -17,6 +17,7 @@ import copy
 import json
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,13 @@ class SeedRun(Run):
         return copied(super().state_dict())
 
 
+def seed_run(run: Run) -> SeedRun:
+    """What ``SeedRun.build`` and ``SeedRun.resume`` return (``Run``'s class methods build ``cls``), as a SeedRun."""
+    if not isinstance(run, SeedRun):
+        raise TypeError(f"expected a SeedRun, got a {type(run).__name__}")
+    return run
+
+
 def copied(state: Any) -> Any:
     """``state`` with its tensors moved out of the stack: ``torch.save`` of a view writes its whole storage
     (every seed's). Tensors sharing a storage (a flat parameter's views) share one compact copy, the span of
@@ -63,9 +71,10 @@ def copied(state: Any) -> Any:
         return tensor.untyped_storage().data_ptr(), tensor.dtype
 
     def measure(tensor: torch.Tensor) -> None:
-        last = tensor.storage_offset() + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
-        low, high = spans.get(key(tensor), (tensor.storage_offset(), last + 1))
-        spans[key(tensor)] = (min(low, tensor.storage_offset()), max(high, last + 1))
+        offset = int(tensor.storage_offset())
+        last = offset + sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride()))
+        low, high = spans.get(key(tensor), (offset, last + 1))
+        spans[key(tensor)] = (min(low, offset), max(high, last + 1))
 
     def rebuild(tensor: torch.Tensor) -> torch.Tensor:
         low, high = spans[key(tensor)]
@@ -156,7 +165,7 @@ class BatchedRun:
         runs: list[SeedRun] = []
         try:
             for recipe in recipes:
-                runs.append(SeedRun.build(recipe, out / f"seed-{recipe.run.seed}"))
+                runs.append(seed_run(SeedRun.build(recipe, out / f"seed-{recipe.run.seed}")))
                 if len(runs) == 1:  # what one seed shows holds for all: refused before the others are built
                     refuse_unbatchable_run(runs[0])
             batched = cls.start(runs, out)
@@ -169,7 +178,7 @@ class BatchedRun:
             raise
 
     @classmethod
-    def resume(cls, out: Path, overrides: list[str] = ()) -> tuple["BatchedRun | None", dict[str, Any]]:
+    def resume(cls, out: Path, overrides: Sequence[str] = ()) -> tuple["BatchedRun | None", dict[str, Any]]:
         """The seeds of ``out`` rebuilt from their latest checkpoints (:meth:`Run.resume`), a diverged seed left
         stopped; returns it (None when every seed diverged) and ``batched.json``."""
         try:
@@ -183,7 +192,7 @@ class BatchedRun:
                 directory = out / f"seed-{seed}"
                 if status_of(directory) == "diverged":
                     continue
-                runs.append(SeedRun.resume(directory, overrides))
+                runs.append(seed_run(SeedRun.resume(directory, list(overrides))))
             if not runs:
                 return None, note
             frames = sorted({run.frames for run in runs})

@@ -113,6 +113,8 @@ def describe_aggregate(aggregate: Mapping[str, Any]) -> str:
         value, interval = aggregate.get(metric), (aggregate.get("ci95") or {}).get(metric)
         if value is None:
             continue
+        if interval is None:
+            raise ValueError(f"the aggregate has a {metric} but no 95% interval for it (ci95)")
         name = {"iqm": "interquartile mean"}.get(metric, metric)
         if metric == "optimality_gap":  # present only with a threshold
             name = f"optimality gap (to {aggregate['gap_threshold']:g})"

@@ -53,7 +53,7 @@ def cannot_render(env_id: str, error: BaseException) -> UserError:
     if (isinstance(error, gym.error.DependencyNotInstalled) or "pygame" in str(error)) \
             and "pip install" not in str(error):
         hint = " (classic-control envs render with pygame: pip install pygame)"
-    return UserError(f"--video: {env_id} cannot render rgb_array frames here: {one_line(str(error))}{hint}")
+    return UserError(f"--video: {env_id} cannot render rgb_array frames here: {one_line(error)}{hint}")
 
 
 def open_video_env(recipe, statistics: dict[str, Any]):

@@ -28,6 +28,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -39,7 +40,10 @@ from rlplug.core.acting import ActorView, tensor_function
 from rlplug.core.recurrent import ObservationSequence, is_recurrent, sequence_function
 
 
-def target_copy(network: nn.Module) -> nn.Module:
+Network = TypeVar("Network", bound=nn.Module)
+
+
+def target_copy(network: Network) -> Network:
     """A frozen deep copy of ``network``, moved towards it by :func:`polyak_update`."""
     target = copy.deepcopy(network)
     target.requires_grad_(False)
@@ -124,6 +128,10 @@ class Sample:
 class ActorCriticLoss(LossModule):
     """DDPG's, TD3's or SAC's loss (``variant``) on an actor and its critics of (observation, action)."""
 
+    #: the action bounds, where there are some
+    action_low: torch.Tensor
+    action_high: torch.Tensor
+
     def __init__(self, actor, critics: list, *, variant: str, gamma: float, observation_key: str = "observation",
                  action_bounds: tuple[torch.Tensor, torch.Tensor] | None = None, policy_noise: float = 0.2,
                  noise_clip: float = 0.5, alpha_init: float = 1.0, learn_alpha: bool = True,
@@ -140,9 +148,9 @@ class ActorCriticLoss(LossModule):
         self.q = [function(c, [key, "action"]) for c in self.critic_networks]
         # every critic's value of (observation, action), the critics held still: not a submodule of the loss
         # (its parameters are the critics'), so set past nn.Module's registration
-        critics = variant == "sac"  # DDPG and TD3 ascend the first critic alone
+        all_critics = variant == "sac"  # DDPG and TD3 ascend the first critic alone
         object.__setattr__(self, "held_still", HeldStill(self.critic_networks, lambda observation, action: [
-            q(observation, action) for q in (self.q if critics else self.q[:1])]))
+            q(observation, action) for q in (self.q if all_critics else self.q[:1])]))
         self.target_q = [function(c, [key, "action"]) for c in self.target_critics]
         if variant == "sac":
             self.view = ActorView.of(actor)
@@ -187,7 +195,10 @@ class ActorCriticLoss(LossModule):
     def critic_term(self, sample: Sample, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Sum over the critics of the weighted squared TD errors; and the first critic's TD error."""
         errors = [q(sample.observation, sample.action).float() - target for q in self.q]
-        return sum(sample.mean(error.pow(2)) for error in errors), errors[0]
+        total = sample.mean(errors[0].pow(2))
+        for error in errors[1:]:
+            total = total + sample.mean(error.pow(2))
+        return total, errors[0]
 
     def deterministic_terms(self, sample: Sample) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         with torch.no_grad():
@@ -209,10 +220,13 @@ class ActorCriticLoss(LossModule):
         return out, td_error
 
     def soft_terms(self, sample: Sample) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        observation, next_observation = sample.observation, sample.next_observation
+        if isinstance(observation, ObservationSequence) or isinstance(next_observation, ObservationSequence):
+            raise TypeError("sac learns from single transitions: recurrent networks (sequences) serve ddpg and td3")
         alpha = self.log_alpha.detach().exp()
-        action, log_prob = self.sample_actions(sample.observation)
+        action, log_prob = self.sample_actions(observation)
         with torch.no_grad():
-            next_action, next_log_prob = self.sample_actions(sample.next_observation)
+            next_action, next_log_prob = self.sample_actions(next_observation)
             next_q = torch.stack([q(sample.next_observation, next_action).float() for q in self.target_q]).min(0).values
             target = sample.target(self.gamma, next_q - alpha * next_log_prob)
         critic, td_error = self.critic_term(sample, target)

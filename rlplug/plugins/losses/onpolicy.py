@@ -31,11 +31,20 @@ from rlplug.core.acting import ActorView, tensor_function
 OBJECTIVES = ("score", "ratio", "clip", "kl")
 
 
+def asked_for(entropy: torch.Tensor | None) -> torch.Tensor:
+    """The entropy :meth:`ActorView.evaluate` computed when asked (``with_entropy``): never None where read."""
+    if entropy is None:
+        raise RuntimeError("the policy's entropy was read without being asked for (with_entropy = False)")
+    return entropy
+
+
 class PolicyGradientLoss(LossModule):
     """The on-policy loss, for one of :data:`OBJECTIVES`."""
 
     #: set in place from a number (PPO's annealed clip range), as TorchRL's losses allow
     _schedulable_buffers = frozenset({"clip_epsilon", "beta"})
+    clip_epsilon: torch.Tensor
+    beta: torch.Tensor
 
     @dataclass
     class _AcceptedKeys:
@@ -91,11 +100,11 @@ class PolicyGradientLoss(LossModule):
         if self.value is not None:
             out["loss_critic"] = self.value_coef * self.value_error(tensordict)
         if self.entropy_coef:
-            out["loss_entropy"] = -self.entropy_coef * entropy.mean()
+            out["loss_entropy"] = -self.entropy_coef * asked_for(entropy).mean()
         if self.diagnostics:
             with torch.no_grad():
                 ratio = log_ratio.exp()
-                out["entropy"] = entropy.mean()
+                out["entropy"] = asked_for(entropy).mean()
                 out["kl_approx"] = ((ratio - 1) - log_ratio).mean()
                 if self.objective == "clip":
                     out["clip_fraction"] = ((ratio - 1).abs() > self.clip_epsilon).float().mean()
@@ -129,6 +138,8 @@ class PolicyGradientLoss(LossModule):
             self.beta.mul_(0.5)
 
     def value_error(self, tensordict: TensorDictBase) -> torch.Tensor:
+        if self.value is None:
+            raise RuntimeError("value_error needs a critic, and this loss was built without one")
         keys = self.tensor_keys
         value = self.value(tensordict.get(self.view.observation_key))
         target = tensordict.get(keys.value_target)

@@ -22,8 +22,11 @@ Squash = Literal["tanh", "none"]
 Activation = Literal["tanh", "relu", "elu", "gelu", "silu"]
 
 ACTIVATIONS = {"tanh": "Tanh", "relu": "ReLU", "elu": "ELU", "gelu": "GELU", "silu": "SiLU"}
-#: The hidden layers of ``sequential`` when a recipe gives none: the same network as ``mlp``'s default.
-DEFAULT_LAYERS = ({"type": "Linear", "out": 64}, {"type": "Tanh"}, {"type": "Linear", "out": 64}, {"type": "Tanh"})
+#: The hidden layers of ``sequential`` when a recipe gives none: the same network as ``mlp``'s default. The
+#: defaults of list parameters are lists (never mutated: the schema converts them to fresh ones), so that their
+#: annotation stays ``list[...]``, the type ``rlplug show`` names.
+DEFAULT_LAYERS: list[dict[str, Any]] = [{"type": "Linear", "out": 64}, {"type": "Tanh"}, {"type": "Linear", "out": 64},
+                                        {"type": "Tanh"}]
 
 
 def hidden_layers(sizes, activation: str) -> list[dict[str, Any]]:
@@ -42,7 +45,7 @@ def make_mlp(
     action_spec,
     role: str,
     #: sizes of the hidden layers
-    hidden: list[Annotated[int, Range(ge=1)]] = (64, 64),
+    hidden: list[Annotated[int, Range(ge=1)]] = [64, 64],
     #: the activation after each hidden layer
     activation: Activation = "tanh",
     #: orthogonal initialisation (CleanRL / SB3 gains, zero biases), or torch's default
@@ -157,7 +160,10 @@ def make_cnn(
     encoder, chosen = image_encoder(observation_spec, observation_key(observation_spec), channels=channels,
                                     kernels=kernels, strides=strides, hidden=hidden,
                                     activation=ACTIVATIONS[activation], init=init)
-    body, shape = build_layers(hidden_layers(chosen.hidden, activation), (encoder.out_features,), init=init)
+    # out_features: an int (ImageEncoder's, EntriesEncoder's), typed by nn.Module.__getattr__ as Tensor | Module
+    width = encoder.out_features
+    layers = hidden_layers(chosen.hidden, activation)
+    body, shape = build_layers(layers, (width,), init=init)  # type: ignore[arg-type]  # int behind Module.__getattr__
     return with_head(body, features(shape), role=role, observation_spec=observation_spec, action_spec=action_spec,
                      init=init, log_std=log_std, log_std_init=log_std_init, squash=squash, device=device,
                      encoder=encoder)
@@ -176,7 +182,7 @@ def recurrent_factory(cell: Literal["lstm", "gru"]):
         #: stacked recurrent layers
         num_layers: Annotated[int, Range(ge=1)] = 1,
         #: sizes of the head's hidden layers, after the recurrent layers
-        hidden: list[Annotated[int, Range(ge=1)]] = (64,),
+        hidden: list[Annotated[int, Range(ge=1)]] = [64],
         #: the activation after each of the head's hidden layers
         activation: Activation = "relu",
         #: the head's initialisation: orthogonal (CleanRL / SB3 gains, zero biases; the actor's output layer

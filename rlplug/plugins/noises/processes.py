@@ -57,7 +57,7 @@ def check_schedule(sigma: float, final_sigma: float | None, schedule: str) -> No
         raise ParameterError(f"must be one of {', '.join(map(repr, SCHEDULES))}, got {schedule!r}", path="schedule")
     if schedule != "constant" and final_sigma is None:
         raise ParameterError(f"schedule = '{schedule}' needs final_sigma", path="final_sigma")
-    if schedule == "exponential" and (sigma <= 0 or final_sigma <= 0):
+    if schedule == "exponential" and final_sigma is not None and (sigma <= 0 or final_sigma <= 0):
         raise ParameterError("schedule = 'exponential' needs sigma > 0 and final_sigma > 0", path="final_sigma")
 
 

@@ -23,6 +23,11 @@ class RunningStandardScaler(nn.Module):
     scalar) are the whole state: ``state_dict()`` carries them.
     """
 
+    mean: torch.Tensor
+    var: torch.Tensor
+    count: torch.Tensor
+    shape: tuple[int, ...] | None
+
     def __init__(self, shape: Sequence[int] | None = None, *, epsilon: float = 1e-8, clip: float | None = 5.0,
                  device: str | torch.device = "cpu"):
         super().__init__()
@@ -49,8 +54,8 @@ class RunningStandardScaler(nn.Module):
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
         """Merge a batch into the statistics (Chan et al. 1979: exact for any split of the data)."""
-        self._batch_dims(x)
-        flat = x.detach().to(self.mean.device, torch.float64).reshape(-1, *self.shape)
+        batch_dims = self._batch_dims(x)
+        flat = x.detach().to(self.mean.device, torch.float64).reshape(-1, *x.shape[batch_dims:])
         n = flat.shape[0]
         if n == 0:
             return
