@@ -1,0 +1,85 @@
+"""The roads users take with envs, through the real CLI: every registered transform on the canonical recipe's
+8 copies, a TorchRL env's image beside its vectors, and envs that fail (raise, NaN, a wrong shape, a worker
+that exits) on every stepping road, each ending in one line with the run directory resumable."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import CANONICAL, one_line_error, run_cli
+
+#: Whole runs in subprocesses: the full suite's tier, not the fast one.
+pytestmark = pytest.mark.slow
+
+#: Arguments that make each registered transform mean something on CartPole's 8 copies (episodes truncated
+#: within the run, entries that exist). A transform registered later with required keys fails its test below
+#: until it is given some here; one without is run with its defaults.
+TRANSFORM_ARGUMENTS = {
+    "StepCounter": {"max_steps": 10},
+    "RewardScaling": {"scale": 0.1},
+    "ObservationNorm": {"loc": 0.0, "scale": 2.0},
+    "CatFrames": {"N": 2},
+    "Resize": {"w": 8},
+    "RenameTransform": {"in_keys": ["observation"], "out_keys": ["state"]},
+    "ClipTransform": {"low": -1.0, "high": 1.0},
+    "FrameSkipTransform": {"frame_skip": 2},
+    "TimeMaxPool": {"in_keys": ["observation"], "T": 2},
+}
+
+
+def registered_transforms() -> list[str]:
+    from rlplug.registry import get_registry
+
+    return get_registry().names("transform")
+
+
+def toml_value(value) -> str:
+    return json.dumps(value)  # the values above are numbers, strings and lists of them: TOML reads them alike
+
+
+def with_transform(tmp_path: Path, name: str, arguments: dict) -> Path:
+    table = "".join(f"{key} = {toml_value(value)}\n" for key, value in arguments.items())
+    recipe = tmp_path / f"{name}.toml"
+    recipe.write_text(CANONICAL.read_text() + f'\n[[env.transforms]]\nuse = "{name}"\n{table}')
+    return recipe
+
+
+@pytest.mark.parametrize("name", registered_transforms())
+def test_every_registered_transform_trains_on_eight_gym_copies_or_is_refused_in_one_line(tmp_path, name):
+    """Episodes end at different steps in the copies: a transform that ends or resets episodes itself meets
+    copies gymnasium did not end. Either the run finishes, or it is refused before a directory exists."""
+    out = tmp_path / "run"
+    result = run_cli("run", str(with_transform(tmp_path, name, TRANSFORM_ARGUMENTS.get(name, {}))), "--out",
+                     str(out), "--set", "run.total_frames=512", "--set", "eval.episodes=3")
+    if result.returncode == 2:
+        one_line_error(result, "env.transforms")
+        assert not out.exists()
+    else:
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert json.loads((out / "summary.json").read_text())["status"] == "finished"
+
+
+def test_step_counter_with_max_steps_on_the_gym_env_says_to_use_its_time_limit(tmp_path):
+    """TorchRL resets a gymnasium vector env's copies only where gymnasium ended them: a StepCounter ending
+    episodes on its own once stopped the run with a traceback at the first copy it truncated."""
+    out = tmp_path / "run"
+    result = run_cli("run", str(with_transform(tmp_path, "StepCounter", {"max_steps": 100})), "--out", str(out),
+                     "--set", "env.vectorization=async")
+    one_line_error(result, "env.transforms[0].max_steps", "StepCounter", "env.max_episode_steps = 100")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("recipe, overrides", [
+    ("cartpole-ppo.toml", ["env.transforms=[{use='StepCounter'}]"]),  # counting only, on the gym env's 8 copies
+    ("pendulum-ppo.toml", ['env={use="torchrl-pendulum", num_envs=8, transforms=[{use="StepCounter", max_steps=10}]}',
+                           "algorithm.frames_per_batch=128", "algorithm.minibatch_size=64", "algorithm.epochs=2"]),
+])
+def test_step_counter_trains_where_the_env_resets_copies_alone_or_where_it_only_counts(tmp_path, recipe, overrides):
+    out = tmp_path / "run"
+    result = run_cli("run", str(CANONICAL.parent / recipe), "--out", str(out), "--set", "run.total_frames=512",
+                     "--set", "eval.episodes=3", *(arg for override in overrides for arg in ("--set", override)))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads((out / "summary.json").read_text())["status"] == "finished"
