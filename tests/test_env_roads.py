@@ -8,11 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
-from conftest import CANONICAL, one_line_error, run_cli
-
-#: Whole runs in subprocesses: the full suite's tier, not the fast one.
-pytestmark = pytest.mark.slow
+import toy_spaces
+from conftest import CANONICAL, one_line_error, rlplug_cli, run_cli
 
 #: Arguments that make each registered transform mean something on CartPole's 8 copies (episodes truncated
 #: within the run, entries that exist). A transform registered later with required keys fails its test below
@@ -47,6 +46,7 @@ def with_transform(tmp_path: Path, name: str, arguments: dict) -> Path:
     return recipe
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", registered_transforms())
 def test_every_registered_transform_trains_on_eight_gym_copies_or_is_refused_in_one_line(tmp_path, name):
     """Episodes end at different steps in the copies: a transform that ends or resets episodes itself meets
@@ -62,6 +62,7 @@ def test_every_registered_transform_trains_on_eight_gym_copies_or_is_refused_in_
         assert json.loads((out / "summary.json").read_text())["status"] == "finished"
 
 
+@pytest.mark.slow
 def test_step_counter_with_max_steps_on_the_gym_env_says_to_use_its_time_limit(tmp_path):
     """TorchRL resets a gymnasium vector env's copies only where gymnasium ended them: a StepCounter ending
     episodes on its own once stopped the run with a traceback at the first copy it truncated."""
@@ -72,6 +73,7 @@ def test_step_counter_with_max_steps_on_the_gym_env_says_to_use_its_time_limit(t
     assert not out.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe, overrides", [
     ("cartpole-ppo.toml", ["env.transforms=[{use='StepCounter'}]"]),  # counting only, on the gym env's 8 copies
     ("pendulum-ppo.toml", ['env={use="torchrl-pendulum", num_envs=8, transforms=[{use="StepCounter", max_steps=10}]}',
@@ -83,3 +85,83 @@ def test_step_counter_trains_where_the_env_resets_copies_alone_or_where_it_only_
                      "--set", "eval.episodes=3", *(arg for override in overrides for arg in ("--set", override)))
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads((out / "summary.json").read_text())["status"] == "finished"
+
+
+# -- a TorchRL env's image beside its vectors -----------------------------------------------------------------
+
+#: A plugin registering ``pixels-and-vector``: TorchRL's GymWrapper of toy_spaces' ImageAndVector-v0 with its image
+#: under TorchRL's name ``pixels`` (uint8 6 x 6 x 1) beside ``vector`` (float32 [2]); the reward needs both.
+PIXELS_PLUGIN = toy_spaces.SOURCE + '''
+
+import rlplug
+
+
+class PixelsAndVector(ImageAndVector):
+    def __init__(self):
+        super().__init__()
+        self.observation_space = spaces.Dict({"pixels": self.observation_space["image"],
+                                              "vector": self.observation_space["vector"]})
+
+    def observe(self):
+        observation = super().observe()
+        return {"pixels": observation["image"], "vector": observation["vector"]}
+
+
+def make_pixels_and_vector(num_envs: int = 1):
+    from torchrl.envs import GymWrapper, SerialEnv
+
+    return SerialEnv(num_envs, lambda: GymWrapper(PixelsAndVector()))
+
+
+@rlplug.hookimpl
+def rlplug_register_envs(register):
+    register("pixels-and-vector", make_pixels_and_vector)
+'''
+
+
+def test_a_torchrl_image_entry_beside_vectors_reaches_the_networks_as_a_dict_entry():
+    """Before, the uint8 ``pixels`` was left out (only float entries were read) and cnn found no image."""
+    from rlplug.core.observations import one_observation
+
+    namespace = {"__file__": toy_spaces.__file__}
+    exec(PIXELS_PLUGIN, namespace)  # the plugin's factory, without registering it
+    env = one_observation(namespace["make_pixels_and_vector"](num_envs=2))
+    spec = env.observation_spec["observation"]
+    assert sorted(spec.keys()) == ["pixels", "vector"]
+    assert spec["pixels"].shape == (2, 6, 6, 1) and spec["pixels"].dtype == torch.uint8
+    assert spec["vector"].shape == (2, 2) and spec["vector"].dtype == torch.float32
+    env.set_seed(0)
+    state = env.reset()
+    assert torch.equal(state.get(("observation", "pixels")), state.get("pixels"))
+    assert torch.equal(state.get(("observation", "vector")), state.get("vector"))
+
+
+@pytest.mark.slow
+def test_cnn_learns_from_a_torchrl_envs_pixels_and_vector_together(tmp_path, install):
+    where = install({"pixelsplugin": PIXELS_PLUGIN}, dist="pixelsplugin")
+    recipe = tmp_path / "pixels.toml"
+    recipe.write_text('''
+[run]
+total_frames = 4096
+[env]
+use = "pixels-and-vector"
+num_envs = 4
+[algorithm]
+use = "dqn"
+learning_starts = 256
+batch_size = 64
+target_update_interval = 256
+exploration_fraction = 0.3
+gamma = 0.5
+lr = 1e-3
+q_network = {use = "cnn"}
+[eval]
+episodes = 20
+[[loggers]]
+use = "csv"
+''')
+    out = tmp_path / "run"
+    result = rlplug_cli("run", str(recipe), "--out", str(out), path=where, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["eval_return_mean"] >= 6.5, summary  # perfect 8; the image alone or the vector alone: 4
