@@ -119,13 +119,18 @@ def rlplug_register_envs(register):
 '''
 
 
-def test_a_torchrl_image_entry_beside_vectors_reaches_the_networks_as_a_dict_entry():
+def test_a_torchrl_image_entry_beside_vectors_reaches_the_networks_as_a_dict_entry(tmp_path):
     """Before, the uint8 ``pixels`` was left out (only float entries were read) and cnn found no image."""
+    import importlib.util
+
     from rlplug.core.observations import one_observation
 
-    namespace = {"__file__": toy_spaces.__file__}
-    exec(PIXELS_PLUGIN, namespace)  # the plugin's factory, without registering it
-    env = one_observation(namespace["make_pixels_and_vector"](num_envs=2))
+    source = tmp_path / "pixels_plugin.py"
+    source.write_text(PIXELS_PLUGIN)
+    spec = importlib.util.spec_from_file_location("pixels_plugin", source)
+    plugin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plugin)  # the plugin's factory, without registering it
+    env = one_observation(plugin.make_pixels_and_vector(num_envs=2))
     spec = env.observation_spec["observation"]
     assert sorted(spec.keys()) == ["pixels", "vector"]
     assert spec["pixels"].shape == (2, 6, 6, 1) and spec["pixels"].dtype == torch.uint8
@@ -165,3 +170,88 @@ use = "csv"
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["eval_return_mean"] >= 6.5, summary  # perfect 8; the image alone or the vector alone: 4
+
+
+# -- envs that fail, on every stepping road ---------------------------------------------------------------------
+
+#: A plugin registering ``FaultyCartPole-v0`` (gymnasium) and ``faulty-torchrl`` (TorchRL's SerialEnv of it):
+#: after AFTER steps in a process, each step does FAULT: "raise", "nan" (observations), "shape" (of 7, not
+#: 4), "exit" (the process ends, once: the first copy to get there claims FLAG), or nothing.
+FAULTY_PLUGIN = '''
+import os
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.envs.classic_control import CartPoleEnv
+
+import rlplug
+
+
+class FaultyCartPole(CartPoleEnv):
+    steps = 0
+
+    def step(self, action):
+        FaultyCartPole.steps += 1
+        observation, reward, terminated, truncated, info = super().step(action)
+        fault = os.environ.get("FAULT") if FaultyCartPole.steps > int(os.environ.get("AFTER", "0")) else None
+        if fault == "raise":
+            raise RuntimeError("the simulator lost its state")
+        if fault == "nan":
+            observation = np.full_like(observation, np.nan)
+        if fault == "shape":
+            observation = np.zeros(7, np.float32)
+        if fault == "exit":
+            try:
+                os.close(os.open(os.environ["FLAG"], os.O_CREAT | os.O_EXCL))
+                os._exit(3)
+            except FileExistsError:
+                pass
+        return observation, reward, terminated, truncated, info
+
+
+gym.register("FaultyCartPole-v0", entry_point=FaultyCartPole, max_episode_steps=500)
+
+
+def make_faulty_torchrl(num_envs: int = 2):
+    from torchrl.envs import GymWrapper, SerialEnv
+
+    return SerialEnv(num_envs, lambda: GymWrapper(gym.make("FaultyCartPole-v0")))
+
+
+@rlplug.hookimpl
+def rlplug_register_envs(register):
+    register("faulty-torchrl", make_faulty_torchrl)
+'''
+
+GYM = ["--set", "env.id='FaultyCartPole-v0'"]
+TORCHRL = ["--set", 'env={use="faulty-torchrl", num_envs=8}']
+ASYNC = [*GYM, "--set", "env.vectorization='async'"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("road, fault, after, fragments", [
+    (GYM, "raise", 300, ["FaultyCartPole-v0 failed in step", "RuntimeError: the simulator lost its state"]),
+    (GYM, "nan", 300, ["FaultyCartPole-v0 gave observations that are not finite", "in copy"]),
+    (GYM, "shape", 300, ["FaultyCartPole-v0 failed in step", "shape"]),
+    (TORCHRL, "raise", 300, ["'faulty-torchrl' failed in step", "RuntimeError: the simulator lost its state"]),
+    (TORCHRL, "nan", 300, ["'faulty-torchrl' gave observations that are not finite", "in copy"]),
+    (TORCHRL, "shape", 300, ["'faulty-torchrl' failed in step", "shape"]),
+    (ASYNC, "nan", 40, ["FaultyCartPole-v0 gave observations that are not finite", "in copy"]),
+    (ASYNC, "exit", 40, ["FaultyCartPole-v0: the worker of copy", "(exit status 3) ended while the run was using it"]),
+], ids=["gym-raise", "gym-nan", "gym-shape", "torchrl-raise", "torchrl-nan", "torchrl-shape", "async-nan",
+        "async-exit"])
+def test_an_env_that_fails_ends_the_run_in_one_line_naming_it_and_the_run_resumes(tmp_path, install, road, fault,
+                                                                                   after, fragments):
+    """The fault comes in the second batch (after the first checkpoint): the run stops with a checkpoint of its
+    last update and summary.json, and resume finishes it once the env behaves."""
+    where = install({"faulty": FAULTY_PLUGIN}, dist="faulty")
+    out = tmp_path / "run"
+    short = ["--set", "run.total_frames=1024", "--set", "run.checkpoint_every_frames=256", "--set", "eval.episodes=2"]
+    result = rlplug_cli("run", str(CANONICAL), "--out", str(out), *short, *road, path=where, timeout=300,
+                        FAULT=fault, AFTER=str(after), FLAG=str(tmp_path / "flag"))
+    one_line_error(result, *fragments, "stopped at frame", f"python -m rlplug resume {out}")
+    assert json.loads((out / "summary.json").read_text())["status"] == "stopped"
+    assert (out / "checkpoint.pt").exists()
+    resumed = rlplug_cli("resume", str(out), path=where, timeout=300, FAULT="none")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads((out / "summary.json").read_text())["status"] == "finished"

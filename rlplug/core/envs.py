@@ -36,6 +36,12 @@ def env_statistics(env) -> dict[str, Any]:
     return statistics() if statistics else {}
 
 
+def env_label(component) -> str:
+    """How messages name a recipe's env: its gymnasium id where its table has one, else the component."""
+    env_id = component.params.get("id")
+    return str(env_id) if env_id else f"'{component.spec.name}'"
+
+
 def build_env(component, **context):
     """The recipe's env built, with one ``observation`` entry for the networks wherever it declares several
     (:func:`rlplug.core.observations.one_observation`): every env of a run, training, evaluation and

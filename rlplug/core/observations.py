@@ -30,11 +30,15 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Composite, Unbounded
 from torchrl.envs import EnvBase, Transform, TransformedEnv
 
-from rlplug.core.images import is_image
 from rlplug.errors import UserError, did_you_mean
 
 #: The entry every rlplug network reads.
 OBSERVATION = "observation"
+
+
+def is_image(spec, env_dims: int) -> bool:
+    """Whether an entry is an image: two or more dims per observation (``cnn`` reads 2 to 4)."""
+    return len(spec.shape) - env_dims >= 2
 
 
 def key_name(key) -> str:
