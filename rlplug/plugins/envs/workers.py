@@ -5,8 +5,9 @@ Worker processes belong to the run that made them:
 
 - they ignore SIGINT, which a terminal sends to the whole process group on Ctrl-C: the run stops after the
   current iteration with a checkpoint and then closes them (a worker killed mid-step would break that stop);
-- an exception in a worker, or a worker that dies, ends the run with one line naming the copy, and every
-  other worker is stopped at once (no orphans);
+- an exception in a worker, or a worker that dies, ends the run with one line naming the copy (and the exit
+  status of a worker that ended), every other worker stopped at once (no orphans); the run keeps a checkpoint
+  of its last update and goes on with ``resume`` (:class:`EnvWorkerError` is a ``WorkersLost``);
 - a worker whose parent dies reads the end of its pipe and exits; ``Run.close`` closes them otherwise.
 """
 
