@@ -9,6 +9,11 @@ and ``next`` with ``observation``, ``reward``, ``done``, ``terminated``, ``trunc
   followed by exploration stages): numpy arrays into per-batch buffers, no TensorDict per step;
 - the TensorDict road for any other TorchRL env and policy: ``env.step_and_maybe_reset(policy(state))``.
 
+An env that fails on either road (raises in a step, or gives observations that are not finite or not of
+its spec's shape) ends the collection with :class:`EnvFailed`, one line naming the env and, where the
+observations show it, the copy; the run then stops as when workers elsewhere are lost, with a checkpoint of
+its last update, and goes on with ``resume``.
+
 A recurrent policy (:mod:`rlplug.core.recurrent`) takes the TensorDict road on the env
 :func:`~rlplug.core.recurrent.with_recurrent_state` wraps, which carries its hidden state from step to step and
 marks each episode's first step (``is_init``), where the state restarts.
@@ -24,11 +29,41 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from rlplug.core.acting import ActorView, ArrayActor
 from rlplug.core.episodes import EpisodeTracker
-from rlplug.errors import UserError
+from rlplug.errors import UserError, WorkersLost, one_line
 from rlplug.core.recurrent import is_recurrent, with_recurrent_state
 from rlplug.core.transformed import env_rewards
 from rlplug.core.env_members import env_capability
 from rlplug.registry import protocols
+
+
+class EnvFailed(WorkersLost):
+    """The env failed while experience was collected: it raised in a step, or gave observations that are not
+    finite or not of its spec's shape. The learner's state is whole, so the run stops as when workers are
+    lost (:class:`rlplug.errors.WorkersLost`): a checkpoint of the last update, then ``resume``."""
+
+
+def observation_problem(observation, spec, copies: bool) -> str | None:
+    """What is wrong with observations (a tensor, an array, or a TensorDict of entries) against the env's
+    ``observation`` spec (None: their shape is not checked): entries of another shape, or not finite (naming
+    the copies, along the first dim, where ``copies``); None when nothing is."""
+    if isinstance(observation, TensorDictBase):
+        for name in observation.keys():
+            entry = spec[name] if spec is not None and name in spec.keys() else None
+            problem = observation_problem(observation.get(name), entry, copies)
+            if problem:
+                return f"'{name}': {problem}"
+        return None
+    value = torch.as_tensor(observation)
+    if spec is not None and tuple(value.shape) != tuple(spec.shape):
+        return f"an observation of shape {list(value.shape)} where its spec says {list(spec.shape)}"
+    if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+        shown = ""
+        if copies and value.ndim > 1:
+            broken = (~torch.isfinite(value)).reshape(value.shape[0], -1).any(-1).nonzero().flatten().tolist()
+            shown = f" in copy {', '.join(map(str, broken))}"
+        return f"observations that are not finite (NaN or infinity){shown}"
+    return None
+
 
 def array_road_open(env: EnvBase, policy) -> bool:
     """Whether the env offers the array step now (the optional members of :class:`rlplug.registry.protocols.Env`)
@@ -58,8 +93,9 @@ def actor_view_for(env: EnvBase, policy) -> ActorView | None:
 class Collector:
     """Steps ``env`` with ``policy`` and returns batches of ``frames_per_batch`` frames."""
 
-    def __init__(self, env: EnvBase, policy, frames_per_batch: int, seed: int, array_road: bool = True):
-        self.env, self.policy, self.seed = env, policy, seed
+    def __init__(self, env: EnvBase, policy, frames_per_batch: int, seed: int, array_road: bool = True,
+                 name: str = "the env"):
+        self.env, self.policy, self.seed, self.name = env, policy, seed, name
         self.envs = max(1, env.batch_size.numel())
         if frames_per_batch % self.envs:
             raise UserError(f"frames_per_batch ({frames_per_batch}) must be a multiple of the env's "
@@ -95,37 +131,85 @@ class Collector:
         dones = batch.get(("next", "done")).reshape(self.envs, self.steps).cpu().numpy()
         self.tracker.add(rewards, dones)
 
+    def failure(self, error: BaseException, when: str) -> EnvFailed:
+        """The one line saying that the env failed ``when``, from what it raised."""
+        return EnvFailed(f"{self.name} failed {when}: {type(error).__name__}: {one_line(' '.join(str(error).split()))}",
+                         path="env")
+
+    def check_observation(self, observation, when: str, *, batch: bool = False) -> None:
+        """:class:`EnvFailed` where ``observation`` is not what the env's spec promises (see
+        :func:`observation_problem`); ``batch``: a batch's, with a time dim, whose shape is not compared."""
+        spec = None if batch else self.env.observation_spec.get("observation", None)
+        problem = observation_problem(observation, spec, copies=len(self.env.batch_size) == 1)
+        if problem:
+            raise EnvFailed(f"{self.name} gave {problem} {when}", path="env")
+
     def _collect_tensordicts(self) -> TensorDictBase:
         if self.state is None:
             self.env.set_seed(self.seed)
-            self.state = self.env.reset()
+            try:
+                self.state = self.env.reset()
+            except UserError:
+                raise
+            except Exception as error:
+                raise self.failure(error, "in a reset") from error
         steps = []
-        for _ in range(self.steps):
-            step, self.state = self.env.step_and_maybe_reset(self.policy(self.state))
+        for t in range(self.steps):
+            try:
+                acted = self.policy(self.state)
+            except Exception:  # the policy's input may be what failed: say so where it is the env's
+                self.check_observation(self.state.get("observation", None), f"before step {t} of a batch")
+                raise
+            try:
+                step, self.state = self.env.step_and_maybe_reset(acted)
+            except UserError:
+                raise
+            except Exception as error:
+                raise self.failure(error, f"in step {t} of a batch") from error
             steps.append(step)
-        return torch.stack(steps, dim=self.time_dim)
+        try:
+            batch = torch.stack(steps, dim=self.time_dim)
+        except (RuntimeError, ValueError) as error:  # steps of different shapes: the env changed what it gives
+            raise self.failure(error, "to give steps of one shape") from error
+        self.check_observation(batch.get(("next", "observation"), None), "in a batch", batch=True)
+        return batch
 
     def _collect_arrays(self) -> TensorDictBase:
         """The array road: numpy buffers filled step by step, turned into tensors once per batch."""
         actor, env, steps, envs = self.array_actor, self.env, self.steps, self.envs
         act, step = actor.act, self.step_arrays
         if self.state is None:
-            self.state = env_capability(env, protocols.Env.reset_arrays)(seed=self.seed)
+            try:
+                self.state = env_capability(env, protocols.Env.reset_arrays)(seed=self.seed)
+            except UserError:
+                raise
+            except Exception as error:
+                raise self.failure(error, "in a reset") from error
             actor.seed(self.seed)
         observation = self.state
         buffers: list[np.ndarray | None] = []
         for t in range(steps):
-            action, log_prob = act(observation)
-            next_observation, reward, terminated, truncated, following = step(action)
-            values = (observation, action, log_prob, next_observation, reward, terminated, truncated)
-            if not buffers:  # sized by the first step: [envs, time, ...] of each value's own dtype
-                buffers = [None if v is None else np.empty((envs, steps, *v.shape[1:]), dtype=v.dtype)
-                           for v in values]
-            for buffer, value in zip(buffers, values):
-                if buffer is not None:
-                    buffer[:, t] = value
+            try:
+                action, log_prob = act(observation)
+            except Exception:  # the policy's input may be what failed: say so where it is the env's
+                self.check_observation(observation, f"before step {t} of a batch")
+                raise
+            try:  # try costs nothing until something raises
+                next_observation, reward, terminated, truncated, following = step(action)
+                values = (observation, action, log_prob, next_observation, reward, terminated, truncated)
+                if not buffers:  # sized by the first step: [envs, time, ...] of each value's own dtype
+                    buffers = [None if v is None else np.empty((envs, steps, *v.shape[1:]), dtype=v.dtype)
+                               for v in values]
+                for buffer, value in zip(buffers, values):
+                    if buffer is not None:
+                        buffer[:, t] = value
+            except UserError:
+                raise
+            except Exception as error:
+                raise self.failure(error, f"in step {t} of a batch") from error
             observation = following
         self.state = observation
+        self.check_observation(buffers[COLUMNS.index("next_obs")], "in a batch", batch=True)
 
         batch = array_batch(actor, env, dict(zip(COLUMNS, buffers)), envs, steps)
         return batch if self.batch_device is None else batch.to(self.batch_device)

@@ -7,6 +7,12 @@ from rlplug.core.observations import one_observation
 from rlplug.core.transformed import build_transformed
 
 
+def env_label(component) -> str:
+    """How messages name a recipe's env: its gymnasium id where its table has one, else the component."""
+    env_id = component.params.get("id")
+    return str(env_id) if env_id else f"'{component.spec.name}'"
+
+
 def build_env(component, **context):
     """The recipe's env built, with one ``observation`` entry for the networks wherever it declares several
     (:func:`rlplug.core.observations.one_observation`): every env of a run, training, evaluation and

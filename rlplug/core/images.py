@@ -25,10 +25,11 @@ from dataclasses import dataclass
 import torch
 from tensordict import TensorDictBase
 from torch import nn
-from torchrl.data import Composite, TensorSpec
+from torchrl.data import Composite
 from torchrl.modules import ConvNet
 
 from rlplug.core.layers import HIDDEN_GAIN, LAYERS, Init
+from rlplug.core.observations import is_image
 from rlplug.errors import UserError
 
 #: Images at least this many pixels on their shorter side get the Nature DQN encoder (the least it fits).
@@ -70,11 +71,6 @@ class ImageShape:
         channels_last = image[-1] < image[0] or (image[-1] == image[0] and not dtype.is_floating_point)
         channels, height, width = (image[2], image[0], image[1]) if channels_last else image
         return cls(shape, channels_last, scale, frames * channels, height, width)
-
-
-def is_image(spec: TensorSpec, env_dims: int) -> bool:
-    """Whether an entry is an image: two or more dims per observation (2 to 4 are read)."""
-    return len(spec.shape) - env_dims >= 2
 
 
 class ImageInput(nn.Module):

@@ -10,8 +10,14 @@ The entries themselves stay (a stateless env such as ``PendulumEnv`` reads its s
 Which entries: ``in_keys`` where given; otherwise an env that declares ``observation`` keeps it, be it one
 tensor or a TensorDict of named entries (rlplug's ``gym`` env, whose Dict observations are such; transforms
 such as ``StepCounter`` add entries that are not observations), and any other
-env has all its floating-point entries read, nested ones included, in the order the env declares them. An
-entry no network can read (integers, booleans, uint8 images) is a :class:`UserError` naming it and what to do.
+env has all its floating-point entries and uint8 images read, nested ones included, in the order the env
+declares them. An entry no network can read (integers, booleans) is a :class:`UserError` naming it and what
+to do.
+
+Images are not flattened into a vector: where the entries read include an image (2 or more dims, TorchRL's
+``pixels`` for one) beside others, :class:`ObservationEntries` writes ``observation`` as a TensorDict of the
+entries, as the ``gym`` env does for a Dict observation, so ``cnn`` encodes the images and joins the rest;
+an image read alone is ``observation`` itself, a uint8 one kept uint8 (the network scales it).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import math
 from collections.abc import Sequence
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Composite, Unbounded
 from torchrl.envs import EnvBase, Transform, TransformedEnv
 
@@ -28,6 +34,11 @@ from rlplug.errors import UserError, did_you_mean
 
 #: The entry every rlplug network reads.
 OBSERVATION = "observation"
+
+
+def is_image(spec, env_dims: int) -> bool:
+    """Whether an entry is an image: two or more dims per observation (``cnn`` reads 2 to 4)."""
+    return len(spec.shape) - env_dims >= 2
 
 
 def key_name(key) -> str:
@@ -45,15 +56,16 @@ class ObservationVector(Transform):
     """Writes ``observation``: the entries ``in_keys``, each as float32, concatenated along the last dim.
 
     Several entries are flattened first (a scalar becomes one feature, a ``[3, 4]`` entry twelve); one entry
-    keeps its shape (a float image stays an image)."""
+    keeps its shape (a float image stays an image) and a uint8 image its dtype too."""
 
-    def __init__(self, in_keys: Sequence, event_dims: Sequence[int]):
+    def __init__(self, in_keys: Sequence, event_dims: Sequence[int], dtype: torch.dtype = torch.float32):
         super().__init__(in_keys=list(in_keys), out_keys=[OBSERVATION])
         self.event_dims = list(event_dims)
+        self.dtype = dtype
 
     def _vector(self, data: TensorDictBase) -> torch.Tensor:
         if len(self.in_keys) == 1:
-            return data.get(self.in_keys[0]).to(torch.float32)
+            return data.get(self.in_keys[0]).to(self.dtype)
         parts = []
         for key, dims in zip(self.in_keys, self.event_dims):
             value = data.get(key)
@@ -76,7 +88,41 @@ class ObservationVector(Transform):
             shape = specs[0].shape[len(batch):]
         else:
             shape = (sum(math.prod(spec.shape[len(batch):]) for spec in specs),)
-        observation_spec[OBSERVATION] = Unbounded(shape=(*batch, *shape), dtype=torch.float32,
+        observation_spec[OBSERVATION] = Unbounded(shape=(*batch, *shape), dtype=self.dtype,
+                                                  device=observation_spec.device)
+        return observation_spec
+
+
+def network_dtype(dtype: torch.dtype) -> torch.dtype:
+    """An entry's dtype as networks get it: floats as float32 (what they compute in), uint8 images as they are."""
+    return dtype if dtype == torch.uint8 else torch.float32
+
+
+class ObservationEntries(Transform):
+    """Writes ``observation`` as a TensorDict of the entries ``in_keys`` (named as in a recipe: ``pixels``,
+    ``params.g``), each of its own shape, floats as float32 and uint8 images as they are: the layout of the
+    ``gym`` env's Dict observations, which ``cnn`` reads (its images encoded, the other entries joined)."""
+
+    def __init__(self, in_keys: Sequence):
+        super().__init__(in_keys=list(in_keys), out_keys=[OBSERVATION])
+        self.names = [key_name(key) for key in self.in_keys]
+
+    def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
+        entries = {name: value.to(network_dtype(value.dtype))
+                   for name, value in zip(self.names, (next_tensordict.get(key) for key in self.in_keys))}
+        next_tensordict.set(OBSERVATION, TensorDict(entries, batch_size=next_tensordict.batch_size,
+                                                    device=next_tensordict.device))
+        return next_tensordict
+
+    forward = _call
+
+    def _reset(self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase) -> TensorDictBase:
+        return self._call(tensordict_reset)
+
+    def transform_observation_spec(self, observation_spec: Composite) -> Composite:
+        entries = {name: observation_spec[key].clone().to(network_dtype(observation_spec[key].dtype))
+                   for name, key in zip(self.names, self.in_keys)}
+        observation_spec[OBSERVATION] = Composite(entries, shape=observation_spec.shape,
                                                   device=observation_spec.device)
         return observation_spec
 
@@ -90,14 +136,11 @@ class OneObservationEnv(TransformedEnv):
 
 def entry_problem(key, spec, batch_dims: int) -> str | None:
     """Why no network reads the entry ``key``, or None."""
-    if spec.dtype.is_floating_point:
+    if spec.dtype.is_floating_point or (spec.dtype == torch.uint8 and is_image(spec, batch_dims)):
         return None
     shape = list(spec.shape[batch_dims:])
-    if spec.dtype == torch.uint8 and len(shape) == 3:
-        return (f"entry '{key_name(key)}' is a uint8 image of shape {shape}; networks read floats: make it one "
-                f"with TorchRL's ToTensorImage transform")
     return (f"entry '{key_name(key)}' holds {str(spec.dtype).removeprefix('torch.')} values of shape {shape}, "
-            f"which networks do not read (they read floating-point entries)")
+            f"which networks do not read (they read floating-point entries and uint8 images)")
 
 
 def chosen_entries(spec: Composite, in_keys: Sequence[str] | None) -> list | None:
@@ -107,7 +150,7 @@ def chosen_entries(spec: Composite, in_keys: Sequence[str] | None) -> list | Non
     if in_keys is None:
         if OBSERVATION in spec.keys():  # a tensor, or a TensorDict of named entries (a Dict observation)
             return None
-        readable = [key for key in leaves if spec[key].dtype.is_floating_point]
+        readable = [key for key in leaves if entry_problem(key, spec[key], spec.ndim) is None]
         if not readable:
             problems = "; ".join(entry_problem(key, spec[key], spec.ndim) for key in leaves) or "it has none"
             raise UserError(f"no observation entry of this env is one networks can read: {problems}; or choose "
@@ -137,11 +180,14 @@ def chosen_entries(spec: Composite, in_keys: Sequence[str] | None) -> list | Non
 
 def one_observation(env: EnvBase, in_keys: Sequence[str] | None = None) -> EnvBase:
     """``env`` itself where it declares ``observation`` (and ``in_keys`` asks for nothing else); else the
-    env with the chosen entries concatenated into ``observation`` (:class:`ObservationVector`). Entries are
+    env with the chosen entries concatenated into ``observation`` (:class:`ObservationVector`), or, where they
+    include an image beside other entries, gathered into it by name (:class:`ObservationEntries`). Entries are
     named as in a recipe: ``th``, ``params.g`` for nested ones."""
     spec = env.observation_spec
     chosen = chosen_entries(spec, in_keys)
     if chosen is None:
         return env
+    if len(chosen) > 1 and any(is_image(spec[key], spec.ndim) for key in chosen):
+        return OneObservationEnv(env, ObservationEntries(chosen))
     event_dims = [len(spec[key].shape) - spec.ndim for key in chosen]
-    return OneObservationEnv(env, ObservationVector(chosen, event_dims))
+    return OneObservationEnv(env, ObservationVector(chosen, event_dims, network_dtype(spec[chosen[0]].dtype)))

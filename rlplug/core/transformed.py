@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 from tensordict.utils import unravel_key
-from torchrl.envs import EnvBase, FrameSkipTransform, Transform, TransformedEnv
+from torchrl.envs import EnvBase, FrameSkipTransform, GymWrapper, StepCounter, Transform, TransformedEnv
 
 from rlplug.errors import UserError
 from rlplug.core.env_members import env_capability
@@ -131,6 +131,20 @@ def build_transformed(component: Any, **context: Any) -> EnvBase:
     return with_transforms(env, component.transforms, context) if component.transforms else env
 
 
+def ends_episodes(transform: Transform) -> bool:
+    """Whether ``transform`` ends episodes itself (a ``StepCounter`` with ``max_steps``) rather than only
+    reading where the env ends them."""
+    return isinstance(transform, StepCounter) and transform.max_steps is not None
+
+
+def gymnasium_copies(env: EnvBase) -> int | None:
+    """How many copies ``env`` steps where it is TorchRL's wrapper of a gymnasium vector env, else None. TorchRL
+    resets such copies only where gymnasium ended them (or all at once), never one alone."""
+    while isinstance(env, TransformedEnv):
+        env = env.base_env
+    return env.batch_size.numel() if isinstance(env, GymWrapper) and env.batch_size else None
+
+
 def with_transforms(env: EnvBase, components: Sequence[Any], context: dict[str, Any]) -> TransformedRecipeEnv:
     """``env`` inside the built ``components`` (``[[env.transforms]]``), in order. A transform that cannot be
     built or does not fit this env's specs is a ``UserError`` naming ``env.transforms[i]``."""
@@ -148,6 +162,14 @@ def with_transforms(env: EnvBase, components: Sequence[Any], context: dict[str, 
                         f"leave them: put it before env.transforms[{first_reward}] "
                         f"({components[first_reward].spec.name}), the first that reads the reward",
                         path=f"env.transforms[{skip}]")
+    copies = gymnasium_copies(env)
+    ending = next((i for i, t in enumerate(built) if ends_episodes(t)), None)
+    if ending is not None and copies is not None:
+        steps = built[ending].max_steps
+        raise UserError(f"{components[ending].spec.name} ends episodes at max_steps = {steps} on its own, and the "
+                        f"copies of this gymnasium vector env ({copies} here) are reset only where gymnasium ends "
+                        f"their episodes; set env.max_episode_steps = {steps} instead (gymnasium's time limit) and "
+                        f"leave max_steps unset to count steps only", path=f"env.transforms[{ending}].max_steps")
     transformed = TransformedRecipeEnv(env, auto_unwrap=False)  # the env's own transforms stay its own
     transformed.recipe_transforms = built
     for index, transform in enumerate(built):

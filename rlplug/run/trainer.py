@@ -172,8 +172,12 @@ class Run:
             raise
         except WorkersLost as error:  # the learner's state is whole: kept, and the run goes on with resume
             summary = {"status": "stopped"}
-            self.checkpoint()
-            raise WorkersLost(f"{error.message}; stopped at frame {self.frames} with a checkpoint; continue with: "
+            try:
+                self.checkpoint()
+                kept = "with a checkpoint"
+            except TrainingDiverged:  # env statistics the failing env made NaN: the last good checkpoint stays
+                kept = "keeping the last good checkpoint"
+            raise WorkersLost(f"{error.message}; stopped at frame {self.frames} {kept}; continue with: "
                               f"python -m rlplug resume {self.run_dir}", path=error.path) from error
         except KeyboardInterrupt:
             summary = {"status": "interrupted"}

@@ -5,8 +5,9 @@ Worker processes belong to the run that made them:
 
 - they ignore SIGINT, which a terminal sends to the whole process group on Ctrl-C: the run stops after the
   current iteration with a checkpoint and then closes them (a worker killed mid-step would break that stop);
-- an exception in a worker, or a worker that dies, ends the run with one line naming the copy, and every
-  other worker is stopped at once (no orphans);
+- an exception in a worker, or a worker that dies, ends the run with one line naming the copy (and the exit
+  status of a worker that ended), every other worker stopped at once (no orphans); the run keeps a checkpoint
+  of its last update and goes on with ``resume`` (:class:`EnvWorkerError` is a ``WorkersLost``);
 - a worker whose parent dies reads the end of its pipe and exits; ``Run.close`` closes them otherwise.
 """
 
@@ -16,19 +17,21 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
 
-from rlplug.errors import UserError, one_line
+from rlplug.errors import UserError, WorkersLost, one_line
 
 #: ``env.vectorization`` values: where the copies of a gymnasium env are stepped.
 VECTORIZATIONS = ("sync", "async")
 
 
-class EnvWorkerError(UserError):
-    """An env copy failed in its worker process (it raised, or the process ended)."""
+class EnvWorkerError(WorkersLost):
+    """An env copy failed in its worker process (it raised, or the process ended). The run's own state is
+    whole: it stops as when workers are lost, with a checkpoint, and goes on with ``resume``."""
 
 
 class CopyMaker:
@@ -76,7 +79,7 @@ class WorkerVectorEnv(gym.vector.AsyncVectorEnv):
     process that ended, closes every worker and raises :class:`EnvWorkerError` in one line."""
 
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], *, env_id: str, **kwargs: Any):
-        self.env_id, self.started = env_id, False
+        self.env_id, self.started, self.stopping = env_id, False, False
         with self.failures_reported():
             super().__init__(env_fns, context=start_method(), **kwargs)
         self.started = True
@@ -95,30 +98,52 @@ class WorkerVectorEnv(gym.vector.AsyncVectorEnv):
 
     @contextlib.contextmanager
     def failures_reported(self):
+        if self.stopping:  # gymnasium's close finishing the call under way: a failure there ends it as a timeout
+            try:
+                yield
+            except Exception as error:
+                raise multiprocessing.TimeoutError(one_line(str(error))) from None
+            return
         try:
             with gym_errors_unprinted():
                 yield
         except (EOFError, ConnectionError) as error:  # a worker gone: killed, or crashed in native code
+            ended = self.ended_workers(wait=1.0) or "a worker process"
             self.terminate()
-            raise EnvWorkerError(f"{self.env_id}: {self.ended_workers() or 'a worker process'} ended while the run "
-                                 f"was using it ({type(error).__name__})", path="env") from None
+            raise EnvWorkerError(f"{self.env_id}: {ended} ended while the run was using it "
+                                 f"({type(error).__name__})", path="env") from None
         except EnvWorkerError:
             raise
         except Exception as error:  # raised by a copy in its worker, and handed back by gymnasium
             failed = [str(i) for i, pipe in enumerate(getattr(self, "parent_pipes", ())) if pipe is None]
             which = f"copy {', '.join(failed)}" if failed else "a copy"
+            ended = self.ended_workers()
             self.terminate()
+            if ended:  # a timeout or a closed pipe after a worker exited: the exit is the cause
+                raise EnvWorkerError(f"{self.env_id}: {ended} ended while the run was using it", path="env") \
+                    from None
             raise EnvWorkerError(f"{self.env_id}: {which} raised in its worker process: {type(error).__name__}: "
                                  f"{one_line(' '.join(str(error).split()))}", path="env") from error
 
-    def ended_workers(self) -> str:
-        ended = [(i, p.exitcode) for i, p in enumerate(getattr(self, "processes", ())) if p.exitcode is not None]
+    def ended_workers(self, wait: float = 0.0) -> str:
+        """The copies whose worker process has ended, with how; ``wait``: seconds to give one that has closed
+        its pipe to finish exiting."""
+        processes = list(getattr(self, "processes", ()))
+        deadline = time.monotonic() + wait  # polled: a forked sibling holds a copy of each worker's sentinel
+        while processes and all(p.exitcode is None for p in processes) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        ended = [(i, p.exitcode) for i, p in enumerate(processes) if p.exitcode is not None]
         return ", ".join(f"the worker of copy {i} ({exit_description(code)})" for i, code in ended)
 
     def terminate(self) -> None:
-        """Every worker stopped at once (the env cannot go on after one of them failed)."""
+        """Every worker stopped at once (the env cannot go on after one of them failed). Once only: closing
+        finishes the call under way, which fails again (:meth:`failures_reported`)."""
+        if self.stopping:
+            return
+        self.stopping = True
         if self.started:
-            self.close(terminate=True)
+            with gym_errors_unprinted():  # gymnasium warns that a call was under way: the run says why instead
+                self.close(terminate=True)
         else:  # failed while starting: close() does nothing before __init__ ends
             for process in getattr(self, "processes", ()):
                 if process.is_alive():

@@ -4,6 +4,7 @@ learner trains (:class:`rlplug.core.collect.Collector`)."""
 from __future__ import annotations
 
 from rlplug.core.collect import Collector
+from rlplug.core.envs import env_label
 
 
 class LocalCollector(Collector):
@@ -20,5 +21,6 @@ class LocalCollector(Collector):
 class LocalRunner:
     """Collect in the training process: the env and the policy the learner trains, one after the other."""
 
-    def collector(self, env, policy, frames_per_batch: int, seed: int, **_context) -> LocalCollector:
-        return LocalCollector(env, policy, frames_per_batch, seed)
+    def collector(self, env, policy, frames_per_batch: int, seed: int, recipe=None, **_context) -> LocalCollector:
+        return LocalCollector(env, policy, frames_per_batch, seed,
+                              **({"name": env_label(recipe.env)} if recipe is not None else {}))
