@@ -28,7 +28,9 @@ DQN = ROOT / "recipes" / "cartpole-dqn.toml"
      ["env.transforms[0].scale", "must not be 0"]),
 ])
 def test_absurd_sizes_are_refused_before_any_directory(tmp_path, override, fragments):
-    result = run_cli("run", str(CANONICAL), "--out", str(tmp_path / "run"), "--set", override)
+    # a short run first, so that a value let through ends soon (the override comes after it, so it wins)
+    result = run_cli("run", str(CANONICAL), "--out", str(tmp_path / "run"), "--set", "run.total_frames=512",
+                     "--set", override)
     assert_user_error(result, *fragments)
     assert not (tmp_path / "run").exists()
 
@@ -40,14 +42,18 @@ def test_absurd_sizes_are_refused_before_any_directory(tmp_path, override, fragm
 ], ids=["ppo-epochs", "dqn-gradient-steps"])
 def test_a_signal_stops_a_long_update_between_gradient_steps(tmp_path, recipe, overrides):
     """An update of a billion epochs (or a hundred million gradient steps) would hold a stop for days: SIGTERM
-    ends it at the next step, with a checkpoint eval can load."""
+    ends it at the next step, with a checkpoint eval can load. Before the stop between steps, it timed out."""
     out = tmp_path / "run"
     sets = [arg for override in overrides for arg in ("--set", override)]
     process = start_cli("run", str(recipe), "--out", str(out), "--set", "run.checkpoint_every_frames=0", *sets)
     wait_for(out / "recipe.toml", process)  # written as training begins
     time.sleep(5)  # the first batch (256 frames) is collected in well under this; the update never ends alone
     process.send_signal(signal.SIGTERM)
-    _, stderr = process.communicate(timeout=60)
+    try:
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()  # where it did not stop (the update held the signal), not left running
+        process.wait()
     assert process.returncode == 143, stderr
     assert f"python -m rlplug resume {out}" in stderr and "Traceback" not in stderr
     evaluated = run_cli("eval", str(out), "--episodes", "2")
