@@ -350,8 +350,8 @@ def convert(value: Any, annotation: Any, *, path: str, resolve: Callable | None 
             try:
                 number = float(value)
             except OverflowError:  # an integer beyond float's range
-                raise ParameterError(f"{_shown(value)} is beyond the range of floating-point numbers (about ±1.8e308); write a "
-                                     f"smaller one", path=path) from None
+                raise ParameterError(f"{_shown(value)} is beyond the range of floating-point numbers (about "
+                                     f"±1.8e308); write a smaller one", path=path) from None
             if not math.isfinite(number):
                 raise ParameterError(f"expected a finite number, got {_shown(value)}", path=path)
             return number
