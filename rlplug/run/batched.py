@@ -268,6 +268,7 @@ class BatchedRun:
             status = "interrupted"
             raise
         finally:
+            allow_updates()  # the stop was for this training; updates called later run whole
             elapsed = time.perf_counter() - started
             failing = sys.exc_info()[1] is not None
             for run in training:

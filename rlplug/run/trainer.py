@@ -180,6 +180,7 @@ class Run:
             summary = {"status": "interrupted"}
             raise
         finally:
+            allow_updates()  # the stop was for this training; updates called later run whole
             self.train_seconds += time.perf_counter() - started
             failing = sys.exc_info()[1] is not None
             with reported(True, "the runner did not shut down cleanly"):
