@@ -36,8 +36,45 @@ def device_problem(device: str) -> str | None:
         return f"'{device}' is not a torch device; use 'cpu' or 'cuda'"
     if parsed.type not in ("cpu", "cuda"):  # meta, xla...: tensors there hold no numbers an env can step with
         return f"'{device}' is not a device rlplug trains on; use 'cpu' or 'cuda'"
+    if parsed.type == "cpu" and parsed.index not in (None, 0):  # torch takes any index and ignores it
+        return f"'{device}' is no device: the CPU is one device, 'cpu'; use 'cpu'"
     if parsed.type == "cuda" and not torch.cuda.is_available():
         return f"device '{device}' is not available on this machine (no CUDA GPU); use 'cpu'"
+    if parsed.type == "cuda" and parsed.index is not None and parsed.index >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        return (f"no device '{device}' on this machine: it has {count} CUDA GPU{'s' * (count != 1)}, "
+                f"'cuda:0' to 'cuda:{count - 1}'; use one of those or 'cuda'")
+    return None
+
+
+#: The most frames a run may train for: at a million frames a second, 10**15 take over 30 years, so a larger
+#: count is a slip of the keyboard (its schedules would also stay at their start for the whole run).
+MAX_TOTAL_FRAMES = 10**15
+#: The most compute threads: torch starts each one, and pools of tens of thousands exhaust memory or crash the
+#: process; no machine torch runs on has a use for more.
+MAX_THREADS = 1024
+#: The most episodes one evaluation plays (their returns are all kept and averaged).
+MAX_EVAL_EPISODES = 100_000
+
+
+def total_frames_problem(frames: int) -> str | None:
+    if frames > MAX_TOTAL_FRAMES:
+        return (f"{frames} frames is beyond any run: at most {MAX_TOTAL_FRAMES:.0e} (at a million frames a second "
+                f"that takes over 30 years); did you mean fewer?")
+    return None
+
+
+def threads_problem(threads: int) -> str | None:
+    if threads > MAX_THREADS:
+        return (f"{threads} threads is beyond any machine: at most {MAX_THREADS} (pools of tens of thousands exhaust "
+                f"memory or crash the process; for small networks on a few cores one is fastest)")
+    return None
+
+
+def eval_episodes_problem(episodes: int) -> str | None:
+    if episodes > MAX_EVAL_EPISODES:
+        return (f"{episodes} episodes per evaluation is beyond any use: at most {MAX_EVAL_EPISODES} (a mean's "
+                f"standard error shrinks only with the square root of the count)")
     return None
 
 
@@ -46,12 +83,12 @@ class RunSettings:
     #: seeds Python, numpy, torch and the envs; the same recipe and seed give the same returns
     seed: Annotated[int, Range(ge=0, lt=2**63)] = 0
     #: env steps to train for, over all envs together
-    total_frames: Annotated[int, Range(ge=1)] = 100_000
+    total_frames: Annotated[int, Range(ge=1), Check(total_frames_problem)] = 100_000
     #: the torch device for networks and data: 'cpu', or 'cuda' where there is a GPU
     device: Annotated[str, Check(device_problem)] = "cpu"
     #: threads for torch's kernels and numpy's BLAS; for small networks on a few cores one is fastest
     #: (BENCHMARKS.md)
-    num_threads: Annotated[int, Range(ge=1)] = 1
+    num_threads: Annotated[int, Range(ge=1), Check(threads_problem)] = 1
     #: torch.compile the update's loss, its backward with it (CUDA graphs on 'cuda'); the first updates wait
     #: for the compiler, so it pays only on long runs (BENCHMARKS.md, "run.compile")
     compile: bool = False
@@ -72,7 +109,7 @@ class EvalSettings:
     #: evaluate every this many frames (0: only at the end); always once at the end.
     every_frames: Annotated[int, Range(ge=0)] = 0
     #: episodes per evaluation (deterministic policy, its own env)
-    episodes: Annotated[int, Range(ge=1)] = 10
+    episodes: Annotated[int, Range(ge=1), Check(eval_episodes_problem)] = 10
     #: film one evaluation episode at each evaluation to videos/frames-N.mp4, handed to loggers that take
     #: videos (wandb, tensorboard); needs rlplug[video] and an env that renders rgb_array frames
     video: bool = False

@@ -69,7 +69,11 @@ def add_commands(subparsers) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from rlplug.recipe import eval_episodes_problem
+
     run_dir: Path = args.run_dir
+    if args.episodes is not None and (problem := eval_episodes_problem(args.episodes)):  # eval.episodes' bound
+        raise UserError(f"--episodes: {problem}")
     checkpoint = find_checkpoint(run_dir, args.checkpoint, command="eval")
     video = check_video_path(args.video) if args.video is not None else None
 

@@ -4,12 +4,12 @@ built-in network uses. Recipes are data: a layer type is only ever a key of :dat
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from torch import nn
 
+from rlplug.core.process import physical_memory
 from rlplug.errors import ParameterError, UserError, did_you_mean
 from rlplug.registry.schema import Range, convert
 
@@ -26,7 +26,7 @@ def linear(fan_in: int, fan_out: int, *, init: Init = "orthogonal", gain: float 
     one line when it cannot fit in memory (an extra digit in a width), before the allocator fails or the
     system kills the process."""
     needed = (fan_in + 1) * fan_out * 4 * TRAINING_COPIES
-    available = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    available = physical_memory()
     if needed > available:
         raise UserError(f"a layer of {fan_in} x {fan_out} features needs about {needed / 2**30:.3g} GiB to train "
                         f"(weights, gradients, optimiser state), more than this machine's {available / 2**30:.3g} "

@@ -20,6 +20,11 @@ def set_compute_threads(count: int) -> None:
     threadpool_limits(count, user_api="blas")
 
 
+def physical_memory() -> int:
+    """This machine's memory in bytes: what sizes a recipe asks for are checked against before allocating."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 def quiet_torchrl() -> None:
     """TorchRL logs INFO lines (spec checks) to stdout by default; warnings only, unless RL_LOGGING_LEVEL says."""
     if "RL_LOGGING_LEVEL" not in os.environ:

@@ -5,8 +5,28 @@ from __future__ import annotations
 import functools
 import math
 import operator
+import threading
 
 import torch
+
+#: Set while a run is asked to stop (by a signal): the update loops end at their next gradient step, so that a
+#: stop never waits for the rest of an update of many epochs or gradient steps.
+_stop_requested = threading.Event()
+
+
+def stop_updates() -> None:
+    """Make every update end after its current gradient step (safe to call from a signal handler)."""
+    _stop_requested.set()
+
+
+def allow_updates() -> None:
+    """Let updates run whole again (a run starting to train)."""
+    _stop_requested.clear()
+
+
+def updates_stopped() -> bool:
+    """Whether an update loop should end now: checked before each gradient step."""
+    return _stop_requested.is_set()
 
 
 def linear_decay(start: float, progress: float) -> float:

@@ -345,7 +345,11 @@ def convert(value: Any, annotation: Any, *, path: str, resolve: Callable | None 
         raise ParameterError(f"expected an integer, got {_shown(value)}", path=path)
     if annotation is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            number = float(value) if abs(value) < 1e308 else math.inf  # ints beyond float's range included
+            try:
+                number = float(value)
+            except OverflowError:  # an integer beyond float's range
+                raise ParameterError(f"{_shown(value)} is beyond the range of floating-point numbers (about "
+                                     f"±1.8e308); write a smaller one", path=path) from None
             if not math.isfinite(number):
                 raise ParameterError(f"expected a finite number, got {_shown(value)}", path=path)
             return number

@@ -28,7 +28,7 @@ import torch
 from rlplug.core.collect import Collector, array_road_open
 from rlplug.core.collect_together import CollectorsTogether
 from rlplug.core.recurrent import is_recurrent
-from rlplug.core.training import broken_metric
+from rlplug.core.training import allow_updates, broken_metric, stop_updates
 from rlplug.plugins.algorithms.offpolicy.batched import RETRY
 from rlplug.errors import UserError, reported
 from rlplug.recipe import Recipe
@@ -225,8 +225,9 @@ class BatchedRun:
         self.together.restart([restart_seed(run) for run in self.active])
 
     def request_stop(self, reason: str) -> None:
-        """Stop after the current iteration, with a checkpoint of every seed (safe in a signal handler)."""
+        """Stop after the current gradient step, with a checkpoint of every seed (safe in a signal handler)."""
         self.stop_reason = reason
+        stop_updates()
 
     def close(self) -> None:
         for run in self.runs:
@@ -236,6 +237,7 @@ class BatchedRun:
         """Train every active seed to the recipe's ``total_frames`` or the first limit given, evaluating and
         checkpointing as ``Run.train``; returns ``status`` (of the whole) and each seed's summary."""
         self.stop_reason = None
+        allow_updates()
         if not self.active:
             return {"status": "diverged", "seeds": {}}
         recipe = self.active[0].recipe
@@ -275,6 +277,7 @@ class BatchedRun:
             status = "interrupted"
             raise
         finally:
+            allow_updates()  # the stop was for this training; updates called later run whole
             elapsed = time.perf_counter() - started
             failing = sys.exc_info()[1] is not None
             for run in training:

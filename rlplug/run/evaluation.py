@@ -11,14 +11,17 @@ from rlplug.core.envs import build_env
 from rlplug.core.episodes import EpisodeTracker
 from rlplug.core.transformed import env_rewards
 from rlplug.core.recurrent import is_recurrent, with_recurrent_state
+from rlplug.plugins.envs import MANY_ENVS
 from rlplug.recipe import Recipe
 
 
 
 def build_eval_env(recipe: Recipe, episodes: int | None = None) -> EnvBase:
     """A separate env instance for evaluation; one copy per episode (``episodes``, by default the recipe's
-    ``eval.episodes``) where the env can say how many."""
-    return build_env(recipe.env.with_copies(episodes or recipe.eval.episodes), device=recipe.run.device)
+    ``eval.episodes``) where the env can say how many, up to the most copies rlplug makes in one process without
+    a warning: more episodes are shared out among them."""
+    copies = min(episodes or recipe.eval.episodes, MANY_ENVS)
+    return build_env(recipe.env.with_copies(copies), device=recipe.run.device)
 
 
 @torch.no_grad()

@@ -24,7 +24,8 @@ import torch
 from torchrl.envs import EnvBase
 
 from rlplug.core.process import prepare_process, quiet_torchrl, seed_everything
-from rlplug.core.training import NonFiniteError, all_finite, broken_metric, storages_of
+from rlplug.core.training import (NonFiniteError, all_finite, allow_updates, broken_metric, stop_updates,
+                                  storages_of)
 from rlplug.errors import UserError, WorkersLost, reported
 from rlplug.recipe import EVAL_SEED_OFFSET, Recipe, read_toml, validate
 from rlplug.registry import protocols
@@ -135,6 +136,7 @@ class Run:
         started, frames_before = time.perf_counter(), self.frames
         summary: dict[str, Any] = {"status": "failed"}
         self.stop_reason = None
+        allow_updates()
         try:
             for logger in recipe.loggers:  # inside the try: one that fails to start still gets the others closed
                 loggers.append(logger.build(run_dir=self.run_dir, total_frames=settings.total_frames, frames=self.frames,
@@ -183,6 +185,7 @@ class Run:
             summary = {"status": "interrupted"}
             raise
         finally:
+            allow_updates()  # the stop was for this training; updates called later run whole
             self.train_seconds += time.perf_counter() - started
             failing = sys.exc_info()[1] is not None
             with reported(True, "the runner did not shut down cleanly"):
@@ -301,8 +304,10 @@ class Run:
         return networks() if networks else {"policy": self.algorithm.policy}
 
     def request_stop(self, reason: str) -> None:
-        """Stop after the current iteration, with a checkpoint (safe to call from a signal handler)."""
+        """Stop after the current gradient step (the update ends there), with a checkpoint (safe to call from a
+        signal handler)."""
         self.stop_reason = reason
+        stop_updates()
 
     def parameter_storages(self) -> list[torch.Tensor]:
         """What the NaN check reads: the algorithm's parameters by storage (see :func:`storages_of`), found

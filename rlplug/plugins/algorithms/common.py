@@ -22,6 +22,18 @@ Positive = Annotated[float, Range(gt=0.0)]
 NonNegative = Annotated[float, Range(ge=0.0)]
 Fraction = Annotated[float, Range(ge=0.0, le=1.0)]
 Frames = Annotated[int, Range(ge=0)]
+#: The largest learning rate a recipe may give: a step this large already throws the weights far off.
+MAX_LR = 10.0
+
+
+def rate_problem(lr: float) -> str | None:
+    if lr > MAX_LR:
+        return f"a learning rate must be in (0, {MAX_LR:g}], got {lr!r}: a larger step throws the weights off at once"
+    return None
+
+
+#: a learning rate: positive, at most :data:`MAX_LR`
+Rate = Annotated[float, Range(gt=0.0), Check(rate_problem)]
 OPTIMIZERS = Literal["adam", "adamw", "sgd", "rmsprop"]
 SCHEDULES = Literal["constant", "linear", "cosine"]
 

@@ -26,11 +26,14 @@ def make_uniform(
     run_dir=None,
     device="cpu",
     seed=0,
+    observation_spec=None,
+    action_spec=None,
 ):
     """A ring of transitions sampled uniformly with replacement (seeded by the run's seed)."""
     from rlplug.plugins.replay_buffers.buffers import ReplayBuffer
 
-    return ReplayBuffer(capacity, storage=storage, run_dir=run_dir, device=device, seed=seed)
+    return ReplayBuffer(capacity, storage=storage, run_dir=run_dir, device=device, seed=seed,
+                        transition_bytes=_transition_bytes(observation_spec, action_spec))
 
 
 def make_prioritized(
@@ -51,6 +54,8 @@ def make_prioritized(
     device="cpu",
     seed=0,
     total_frames=None,
+    observation_spec=None,
+    action_spec=None,
 ):
     """Prioritised replay (Schaul et al. 2016): sampled by priority^alpha, with importance weights.
 
@@ -61,7 +66,16 @@ def make_prioritized(
 
     return PrioritizedReplayBuffer(capacity, alpha=alpha, beta=beta, beta_final=beta_final, eps=eps,
                                    total_frames=total_frames, storage=storage, run_dir=run_dir, device=device,
-                                   seed=seed)
+                                   seed=seed, transition_bytes=_transition_bytes(observation_spec, action_spec))
+
+
+def _transition_bytes(observation_spec, action_spec) -> int:
+    """What one transition takes, where the env's specs are given (an algorithm builds the buffer with them)."""
+    if observation_spec is None or action_spec is None:
+        return 0
+    from rlplug.plugins.replay_buffers.buffers import transition_bytes
+
+    return transition_bytes(observation_spec, action_spec)
 
 
 @hookimpl

@@ -42,6 +42,7 @@ memory.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +51,45 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import ReplayBuffer as TorchRLReplayBuffer
 from torchrl.data import ImmutableDatasetWriter, SliceSampler, TensorStorage
 
+from rlplug.core.process import physical_memory
 from rlplug.errors import UserError
 
 #: Where, under the run directory, memory-mapped storage writes its files.
 MEMMAP_DIR = "replay"
+
+
+def transition_bytes(observation_spec, action_spec) -> int:
+    """About how many bytes one stored transition takes: its observation twice (now and next), its action, a
+    float reward and two flags. The specs are the env's, batched over its copies."""
+    env_dims = observation_spec.ndim
+
+    def one_copy(spec) -> int:
+        leaves = spec.values(include_nested=True, leaves_only=True) if hasattr(spec, "values") else [spec]
+        return sum(leaf.shape[env_dims:].numel() * leaf.dtype.itemsize for leaf in leaves)
+
+    return 2 * one_copy(observation_spec) + one_copy(action_spec) + 4 + 2
+
+
+def check_fits(capacity: int, slot_bytes: int, storage: str, device: str | torch.device,
+               run_dir: str | Path | None) -> None:
+    """A :class:`UserError` where ``capacity`` slots of ``slot_bytes`` cannot fit where the buffer keeps them
+    (the device's memory, or the disk under ``run_dir`` for 'memmap'): refused before anything is allocated."""
+    needed = capacity * slot_bytes
+    if storage == "memmap":
+        if run_dir is None:
+            return
+        where = Path(run_dir).absolute()
+        while not where.exists():  # the run directory may not exist yet
+            where = where.parent
+        available, what = shutil.disk_usage(where).free, f"free disk space under {where}"
+    elif torch.device(device).type == "cuda":
+        available, what = torch.cuda.mem_get_info(torch.device(device))[1], f"memory of {device}"
+    else:
+        available, what = physical_memory(), "memory of this machine"
+    if needed > available:
+        raise UserError(f"{capacity} transitions of about {slot_bytes} bytes need {needed / 2**30:.3g} GiB, more than "
+                        f"the {available / 2**30:.3g} GiB {what}; lower the capacity",
+                        path="algorithm.replay_buffer.capacity")
 #: Why a prioritised buffer cannot serve recurrent networks (said when sampling and, earlier, when building).
 SEQUENCES_NEED_UNIFORM = ("prioritized replay samples single transitions; recurrent networks (lstm, gru) learn from "
                           "sequences of a 'uniform' buffer")
@@ -67,10 +103,16 @@ class ReplayBuffer:
     seeds the sampling generator.
     """
 
+    #: bytes each slot takes besides its transition (a prioritised buffer's priorities)
+    slot_overhead = 0
+
     def __init__(self, capacity: int, *, storage: str = "memory", run_dir: str | Path | None = None,
-                 device: str | torch.device = "cpu", seed: int = 0):
+                 device: str | torch.device = "cpu", seed: int = 0, transition_bytes: int = 0):
+        """``transition_bytes``: about how much one transition takes (:func:`transition_bytes`), so that a
+        capacity that cannot fit is refused now rather than when the ring is allocated, mid-run."""
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
+        check_fits(capacity, transition_bytes + self.slot_overhead, storage, device, run_dir)
         self.capacity = int(capacity)
         self.device = torch.device(device)
         self.storage_kind = storage
@@ -367,6 +409,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     priority seen so far. ``beta`` may be set at any time; ``step(frames)`` sets it on the linear way from
     its initial value to ``beta_final`` over ``total_frames`` (when known).
     """
+
+    slot_overhead = 16  # the sampler's two float64 priorities per slot
 
     def __init__(self, capacity: int, *, alpha: float = 0.6, beta: float = 0.4, beta_final: float | None = None,
                  eps: float = 1e-6, total_frames: int | None = None, **kwargs: Any):

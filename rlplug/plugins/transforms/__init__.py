@@ -88,11 +88,18 @@ def make_reward_sum(
                              reward_spec=reward_spec)
 
 
+def zero_factor(scale: float | list[float]) -> str | None:
+    """ObservationNorm's ``scale``: a 0 anywhere turns that entry into a constant (or divides by nothing)."""
+    if any(factor == 0 for factor in (scale if isinstance(scale, list) else [scale])):
+        return f"must not be 0 (got {scale!r}): it would turn the observation into a constant, or divide by 0"
+    return None
+
+
 def make_observation_norm(
     #: the shift: one number, or one per observation entry
     loc: float | list[float],
-    #: the factor: one number, or one per entry
-    scale: float | list[float],
+    #: the factor: one number, or one per entry (not 0)
+    scale: Annotated[float | list[float], Check(zero_factor)],
     in_keys: Keys = ("observation",),
     out_keys: Keys | None = None,
     #: (x - loc) / scale instead of x * scale + loc

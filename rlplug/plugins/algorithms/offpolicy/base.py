@@ -29,6 +29,7 @@ episode's consecutive steps (:meth:`~OffPolicy.sequence_samples`).
 from __future__ import annotations
 
 import operator
+import warnings
 from collections.abc import Iterator
 
 import torch
@@ -36,8 +37,8 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 from torch import nn
 
-from rlplug.core.training import MetricMean, compile_in_place, summed
-from rlplug.errors import UserError
+from rlplug.core.training import MetricMean, compile_in_place, summed, updates_stopped
+from rlplug.errors import RlplugWarning, UserError
 from rlplug.networks import is_discrete, observation_key
 from rlplug.plugins.algorithms.offpolicy.config import OffPolicyConfig
 from rlplug.plugins.algorithms.offpolicy.parts import (Learners, RandomActions, behind_preprocessor, build_network,
@@ -67,7 +68,8 @@ class OffPolicy:
         env_dims = observation_spec.ndim
         self.frames_per_batch = max(1, observation_spec.shape.numel()) * config.steps_per_update
         self.specs = {"observation_spec": observation_spec, "action_spec": action_spec, "device": device}
-        self.replay = config.replay_buffer.build(device=device, seed=seed, run_dir=run_dir, total_frames=total_frames)
+        self.replay = config.replay_buffer.build(device=device, seed=seed, run_dir=run_dir, total_frames=total_frames,
+                                                 observation_spec=observation_spec, action_spec=action_spec)
         self.replay_step = capability(self.replay, protocols.ReplayBuffer.step)
         if getattr(self.replay, "capacity", config.batch_size) < config.batch_size:  # it would never learn
             raise UserError(f"a replay buffer of capacity {self.replay.capacity} never holds a batch of batch_size = "
@@ -193,6 +195,8 @@ class OffPolicy:
             return {**result, **self.extra_metrics()}
         metrics = MetricMean()
         for sample in self.samples():
+            if updates_stopped():  # a signal: the update ends here, not after every gradient step
+                break
             self.gradient_step(sample, metrics)
             self.steps += 1
             self.new_priorities(sample, sample.get("td_error", None))
@@ -201,6 +205,10 @@ class OffPolicy:
     def start_update(self, batch: TensorDictBase) -> dict[str, float]:
         """Steps 1 and 2 of an update: the batch stored, the schedules followed; their metrics."""
         frames_before = self.frames
+        if frames_before == 0 and self.config.learning_starts > self.total_frames:  # a short trial may mean it
+            warnings.warn(RlplugWarning(f"algorithm.learning_starts = {self.config.learning_starts} is beyond "
+                                        f"run.total_frames = {self.total_frames}: no gradient step will be taken, so "
+                                        f"nothing is learned; lower it or raise run.total_frames"))
         self.frames += batch.numel()
         self.store(batch)
         result = self.follow_schedules()

@@ -28,7 +28,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from rlplug.core.acting import ArrayActor, ChainArrayActor, TorchArrayActor, env_action
 from rlplug.core.stacked import StackedParameters, stacked_optimiser, store_rows
-from rlplug.core.training import FlatParameters, set_learning_rate, summed
+from rlplug.core.training import FlatParameters, set_learning_rate, summed, updates_stopped
 from rlplug.errors import UserError
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability
@@ -140,6 +140,8 @@ class OffPolicyTogether:
         sums: dict[str, torch.Tensor] = {}
         counts: dict[str, int] = {}  # per metric: TD3's actor term is there every policy_delay steps only
         for samples in zip(*(a.samples() for a in self.active)):
+            if updates_stopped():  # a signal: the update ends here, not after every gradient step
+                break
             for key, value in self.gradient_step(list(samples)).items():
                 sums[key] = sums[key] + value if key in sums else value
                 counts[key] = counts.get(key, 0) + 1

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 from rlplug.plugins.algorithms.common import (OPTIMIZERS, SCHEDULES, Count, Fraction, Frames, NonNegative,
-                                              Positive, loss_for)
+                                              Positive, Rate, loss_for, rate_problem)
 from rlplug.registry.components import Network, Noise, Preprocessor, ReplayBuffer
 from rlplug.registry.schema import Check
 
@@ -32,7 +32,7 @@ def learning_rate_problem(value: Any) -> str | None:
         return f"must be a number or a pair [actor, critic], got a list of {len(value)}"
     if any(rate <= 0 for rate in rates):
         return f"learning rates must be > 0, got {value!r}"
-    return None
+    return next(filter(None, map(rate_problem, rates)), None)
 
 
 LearningRate = Annotated[float | list[float], Check(learning_rate_problem)]
@@ -55,7 +55,7 @@ class OffPolicyConfig:
     #: discount factor
     gamma: Fraction = 0.99
     #: learning rate (a schedule scales it)
-    lr: Positive = 1e-3
+    lr: Rate = 1e-3
     #: how the learning rate goes over total_frames: constant, linear to 0, or cosine to 0
     lr_schedule: SCHEDULES = "constant"
     #: the torch optimiser
@@ -138,7 +138,7 @@ class SACConfig(ActorCriticConfig):
     #: the entropy to keep (unset: minus the number of action dimensions)
     target_entropy: float | None = None
     #: learning rate of the entropy coefficient (unset: the critic's)
-    entropy_lr: Positive | None = None
+    entropy_lr: Rate | None = None
     #: SAC explores by sampling its policy: no added noise unless set
     exploration_noise: Noise | None = None
 
@@ -166,6 +166,6 @@ class DQNConfig(OffPolicyConfig):
     # Stable-Baselines3's DQN defaults
     steps_per_update: Count = 4
     learning_starts: Frames = 100
-    lr: Positive = 1e-4
+    lr: Rate = 1e-4
     batch_size: Count = 32
     max_grad_norm: Positive | None = 10.0

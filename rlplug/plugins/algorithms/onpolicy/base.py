@@ -24,7 +24,8 @@ from tensordict.nn import TensorDictModuleBase
 
 from rlplug.core.acting import ActorView, tensor_function
 from rlplug.core.training import (FlatParameters, MetricMean, clip_and_step, compile_in_place, load_optimiser_state,
-                                  make_optimizer, optimiser_step, scheduled_lr, set_learning_rate, summed)
+                                  make_optimizer, optimiser_step, scheduled_lr, set_learning_rate, summed,
+                                  updates_stopped)
 from rlplug.errors import UserError
 from rlplug.networks import share_body
 from rlplug.plugins.algorithms.onpolicy.config import OnPolicyConfig
@@ -150,13 +151,16 @@ class OnPolicy:
               lr: float, explained_variance: float | None) -> dict[str, float]:
         """``epochs`` passes of ``steps`` optimiser steps; ``step(index, diagnostics)`` takes the step on the
         epoch's minibatch ``index`` and returns what it reports and its gradient norm (here, :meth:`update`'s;
-        on Ray, gradients computed by workers). The last epoch reports."""
+        on Ray, gradients computed by workers). The last epoch reports. A stop (a signal) ends it between steps."""
         metrics = MetricMean()
-        for epoch in range(self.config.epochs):
-            for index in range(steps):
-                reported, grad_norm = step(index, epoch == self.config.epochs - 1)
-                if reported:
-                    metrics.add(grad_norm=grad_norm, **reported)
+        # a generator, not itertools.product, which would first make a tuple of every epoch
+        pairs = ((epoch, index) for epoch in range(self.config.epochs) for index in range(steps))
+        for epoch, index in pairs:
+            if updates_stopped():
+                break
+            reported, grad_norm = step(index, epoch == self.config.epochs - 1)
+            if reported:
+                metrics.add(grad_norm=grad_norm, **reported)
         result = {**metrics.means(), "lr": lr, **self.extra_metrics()}
         if explained_variance is not None:
             result["explained_variance"] = explained_variance

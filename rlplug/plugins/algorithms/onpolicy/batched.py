@@ -18,7 +18,7 @@ from tensordict import TensorDict
 
 from rlplug.core.acting import TorchArrayActor
 from rlplug.core.stacked import StackedParameters, one_flat_parameter, stacked_optimiser, store_rows
-from rlplug.core.training import set_learning_rate
+from rlplug.core.training import set_learning_rate, updates_stopped
 from rlplug.errors import UserError
 from rlplug.registry import protocols
 
@@ -73,10 +73,14 @@ class OnPolicyTogether:
         rows = torch.arange(len(self.active)).unsqueeze(1)
         sums: dict[str, torch.Tensor] = {}
         for epoch in range(config.epochs):
+            if updates_stopped():  # a signal: the update ends at the next step, not after every epoch
+                break
             orders = None if size >= length else torch.stack(
                 [torch.randperm(length, generator=g) for g in self.generators]).split(size, dim=1)
             self.diagnostics = epoch == config.epochs - 1  # the last epoch reports, as OnPolicy.learn
             for index in range(steps):
+                if updates_stopped():
+                    break
                 minibatch = data if orders is None else {k: v[rows, orders[index]] for k, v in data.items()}
                 totals, reported = self._loss(self.parameters.leaves(), minibatch)
                 self.parameters.stacked.grad.zero_()

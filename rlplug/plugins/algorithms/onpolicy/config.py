@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlplug.errors import RlplugWarning, UserError
-from rlplug.plugins.algorithms.common import OPTIMIZERS, SCHEDULES, Count, NonNegative, Positive, loss_for
+from rlplug.plugins.algorithms.common import OPTIMIZERS, SCHEDULES, Count, NonNegative, Positive, Rate, loss_for
 from rlplug.registry.components import Estimator, Network
 
 #: each algorithm's ``loss`` key: a loss that serves it
@@ -55,7 +55,7 @@ class OnPolicyConfig:
     #: more keyword arguments for the optimiser (betas, eps, weight_decay, ...)
     optimizer_kwargs: dict[str, Any] | None = None
     #: learning rate
-    lr: Positive = 3e-4
+    lr: Rate = 3e-4
     #: how the learning rate goes over total_frames: constant, linear to 0, or cosine to 0
     lr_schedule: SCHEDULES = "constant"
     #: shorthand for ``lr_schedule = "linear"`` (rl-baselines3-zoo's ``lin_`` learning rates)
@@ -126,7 +126,7 @@ class VPGConfig(OnPolicyConfig):
     value_target: Estimator | None = None
     epochs: Count = 1
     num_minibatches: Count | None = 1
-    lr: Positive = 1e-3
+    lr: Rate = 1e-3
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ class A2CConfig(OnPolicyConfig):
     epochs: Count = 1
     num_minibatches: Count | None = 1
     optimizer: OPTIMIZERS = "rmsprop"
-    lr: Positive = 7e-4
+    lr: Rate = 7e-4
     normalize_advantages: bool = False
 
 
@@ -168,7 +168,7 @@ class ImpalaConfig(OnPolicyConfig):
     epochs: Count = 1
     num_minibatches: Count | None = 1
     optimizer: OPTIMIZERS = "rmsprop"
-    lr: Positive = 6e-4
+    lr: Rate = 6e-4
     max_grad_norm: Positive | None = 40.0
     entropy_coef: NonNegative = 0.01
     value_coef: NonNegative = 0.5

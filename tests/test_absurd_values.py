@@ -1,0 +1,92 @@
+"""Values that are legal in form but absurd in size (or that name nothing), and long updates a signal must
+still stop: each is refused in one line at validation, exit status 2, with no directory left behind, or (for
+the stop) ends within seconds with a checkpoint. Through the real CLI in a subprocess."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+import torch
+
+from conftest import CANONICAL, ROOT, run_cli, start_cli, wait_for
+from test_cli import assert_user_error
+
+DQN = ROOT / "recipes" / "cartpole-dqn.toml"
+
+
+@pytest.mark.parametrize("override, fragments", [
+    ("run.num_threads=100000", ["run.num_threads", "at most 1024"]),
+    ("eval.episodes=1000000000", ["eval.episodes", "at most 100000"]),
+    ("run.device=cpu:99", ["run.device", "'cpu:99' is no device", "use 'cpu'"]),
+    ("run.total_frames=1000000000000000000", ["run.total_frames", "at most 1e+15", "30 years"]),
+    ("algorithm.lr=1e308", ["algorithm.lr", "must be in (0, 10]", "1e+308"]),
+    ("algorithm.lr=" + "9" * 400, ["algorithm.lr", "beyond the range of floating-point numbers"]),
+    ('env.transforms=[{use="ObservationNorm", loc=0.0, scale=0.0}]', ["env.transforms[0].scale", "must not be 0"]),
+    ('env.transforms=[{use="ObservationNorm", loc=0.0, scale=[1.0, 0.0, 1.0, 1.0]}]',
+     ["env.transforms[0].scale", "must not be 0"]),
+])
+def test_absurd_sizes_are_refused_before_any_directory(tmp_path, override, fragments):
+    # a short run first, so that a value let through ends soon (the override comes after it, so it wins)
+    result = run_cli("run", str(CANONICAL), "--out", str(tmp_path / "run"), "--set", "run.total_frames=512",
+                     "--set", override)
+    assert_user_error(result, *fragments)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe, overrides", [
+    (CANONICAL, ["algorithm.epochs=1000000000"]),
+    (DQN, ["algorithm.gradient_steps=100000000", "algorithm.learning_starts=0"]),
+], ids=["ppo-epochs", "dqn-gradient-steps"])
+def test_a_signal_stops_a_long_update_between_gradient_steps(tmp_path, recipe, overrides):
+    """An update of a billion epochs (or a hundred million gradient steps) would hold a stop for days: SIGTERM
+    ends it at the next step, with a checkpoint eval can load. Before the stop between steps, it timed out."""
+    out = tmp_path / "run"
+    sets = [arg for override in overrides for arg in ("--set", override)]
+    process = start_cli("run", str(recipe), "--out", str(out), "--set", "run.checkpoint_every_frames=0", *sets)
+    wait_for(out / "recipe.toml", process)  # written as training begins
+    time.sleep(5)  # the first batch (256 frames) is collected in well under this; the update never ends alone
+    process.send_signal(signal.SIGTERM)
+    try:
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()  # where it did not stop (the update held the signal), not left running
+        process.wait()
+    assert process.returncode == 143, stderr
+    assert f"python -m rlplug resume {out}" in stderr and "Traceback" not in stderr
+    evaluated = run_cli("eval", str(out), "--episodes", "2")
+    assert evaluated.returncode == 0, evaluated.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
+def test_cuda_without_a_gpu_is_refused(tmp_path):
+    result = run_cli("run", str(CANONICAL), "--out", str(tmp_path / "run"), "--set", "run.device=cuda")
+    assert_user_error(result, "run.device", "no CUDA GPU")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("buffer", ["uniform", "prioritized"])
+def test_a_replay_buffer_larger_than_memory_is_refused_before_allocating(tmp_path, buffer):
+    override = f'algorithm.replay_buffer={{use="{buffer}", capacity=100000000000}}'
+    result = run_cli("run", str(DQN), "--out", str(tmp_path / "run"), "--set", override)
+    assert_user_error(result, "algorithm.replay_buffer.capacity", "100000000000 transitions", "GiB",
+                      "memory of this machine", "lower the capacity")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_eval_refuses_absurd_episodes_and_learning_starts_beyond_the_run_is_warned(tmp_path):
+    """A DQN run shorter than its learning_starts trains nothing: one warning line, and the run still ends
+    (a short trial may mean it). eval's --episodes has the bound eval.episodes has, in one line."""
+    out = tmp_path / "run"
+    result = run_cli("run", str(DQN), "--out", str(out), "--set", "run.total_frames=512", "--set", "eval.episodes=1")
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("rlplug: warning: algorithm.learning_starts = 1000"), lines
+    assert "run.total_frames = 512" in lines[0] and "nothing is learned" in lines[0]
+    refused = run_cli("eval", str(out), "--episodes", "100000000000")
+    assert_user_error(refused, "--episodes", "at most 100000")
+    evaluated = run_cli("eval", str(out), "--episodes", "2")  # no training here: no warning about learning
+    assert evaluated.returncode == 0 and not evaluated.stderr.strip(), evaluated.stderr
