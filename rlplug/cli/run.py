@@ -263,13 +263,13 @@ SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}
 
 
 def train_until_done_or_stopped(run) -> int:
-    """Train; SIGINT or SIGTERM stop it after the current iteration with a checkpoint (a second one at once)."""
+    """Train; SIGINT or SIGTERM stop it after the current gradient step with a checkpoint (a second one at once)."""
     def stop(signum, frame):
         name = signal.Signals(signum).name
         if run.stop_reason is not None:
             raise KeyboardInterrupt
         run.request_stop(name)
-        print(f"rlplug: {name}: stopping after this iteration and writing a checkpoint "
+        print(f"rlplug: {name}: stopping after this gradient step and writing a checkpoint "
               f"(send it again to stop at once)", file=sys.stderr, flush=True)
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
