@@ -1,0 +1,89 @@
+"""What a run writes stays in its directory and what it reads is checked: a logger's file name, checkpoints that
+claim an old format, non-finite or impossible statistics, a refused resume that must change nothing, an export
+that must carry the env's normalisation, and the atomic-write and directory-lock guarantees aimed at directly.
+Everything goes through the real CLI in a subprocess, on real files."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import CANONICAL, ROOT, cli_environment, one_line_error, run_cli, start_cli, wait_for
+
+#: Whole runs and subprocesses: the full suite's, not the fast tier's.
+pytestmark = pytest.mark.slow
+
+SHORT = ["--set", "run.total_frames=1024", "--set", "run.checkpoint_every_frames=512", "--set", "eval.every_frames=0",
+         "--set", "eval.episodes=1"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """A finished run of 1024 frames with checkpoints at 512 and 1024; tests work on copies of it."""
+    out = tmp_path_factory.mktemp("trained") / "run"
+    result = run_cli("run", str(CANONICAL), "--out", str(out), *SHORT)
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+@pytest.fixture
+def run_dir(trained, tmp_path) -> Path:
+    copy = tmp_path / "run"
+    shutil.copytree(trained, copy)
+    return copy
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+# ---- item 4: a logger's file stays inside its run directory, checked before the directory exists
+
+BAD_FILENAMES = ["../escaped.csv", "/tmp/rlplug-escaped.csv", "", ".", "..", "sub/metrics.csv", "checkpoint.pt",
+                 "summary.json", "recipe.toml", "checkpoints", ".checkpoint.pt.tmp"]
+
+
+@pytest.mark.parametrize("filename", BAD_FILENAMES)
+def test_a_csv_filename_outside_the_run_or_over_its_files_is_refused_before_the_directory_exists(tmp_path, filename):
+    out = tmp_path / "runs" / "run"
+    result = run_cli("run", str(CANONICAL), "--out", str(out), *SHORT,
+                     "--set", f"loggers=[{{use='csv', filename='{filename}'}}]")
+    one_line_error(result, "loggers[0].filename", repr(filename))
+    assert not (tmp_path / "runs").exists()
+    assert not (tmp_path / "runs" / "escaped.csv").exists()
+
+
+def test_a_csv_filename_is_checked_in_a_recipe_file_and_by_resume_set(run_dir, tmp_path):
+    recipe = tmp_path / "recipe.toml"
+    recipe.write_text(CANONICAL.read_text().replace('use = "csv"', 'use = "csv"\nfilename = "../stolen.csv"'))
+    one_line_error(run_cli("run", str(recipe), "--out", str(tmp_path / "new"), *SHORT), str(recipe),
+                   "filename", "'../stolen.csv'")
+    assert not (tmp_path / "new").exists()
+
+    before = snapshot(run_dir)
+    result = run_cli("resume", str(run_dir), "--set", "run.total_frames=2048",
+                     "--set", "loggers=[{use='csv', filename='summary.json'}]")
+    one_line_error(result, "filename", "'summary.json'", "a file of the run itself")
+    assert snapshot(run_dir) == before
+
+    # a downloaded run whose recipe.toml (and checkpoint's recipe) was made to write elsewhere
+    text = (run_dir / "recipe.toml").read_text()
+    (run_dir / "checkpoint.pt").unlink()
+    (run_dir / "recipe.toml").write_text(text.replace('"metrics.csv"', '"../stolen.csv"'))
+    one_line_error(run_cli("resume", str(run_dir)), "filename", "'../stolen.csv'")
+    assert not (tmp_path / "stolen.csv").exists()
+
+
+def test_a_plain_csv_filename_is_written_in_the_run_directory(tmp_path):
+    out = tmp_path / "run"
+    result = run_cli("run", str(CANONICAL), "--out", str(out), *SHORT, "--set", "run.total_frames=512",
+                     "--set", "loggers=[{use='csv', filename='progress.csv'}]")
+    assert result.returncode == 0, result.stderr
+    assert (out / "progress.csv").read_text().startswith("frames,")
