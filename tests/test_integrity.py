@@ -87,3 +87,53 @@ def test_a_plain_csv_filename_is_written_in_the_run_directory(tmp_path):
                      "--set", "loggers=[{use='csv', filename='progress.csv'}]")
     assert result.returncode == 0, result.stderr
     assert (out / "progress.csv").read_text().startswith("frames,")
+
+
+# ---- item 5: the digest cannot be turned off by the format's byte; no digest, no load without the flag
+
+def as_format_1(path: Path, *, keep_digest: bool, change=None) -> None:
+    """The checkpoint at ``path`` rewritten to name format 1; ``keep_digest``: as a one-byte edit of a sealed file
+    leaves it (its digest still there), else as a file written before checkpoints carried one."""
+    state = torch.load(path, weights_only=True)
+    if change is not None:
+        change(state)
+    state["format"] = 1
+    if not keep_digest:
+        del state["digest"]
+    torch.save(state, path)
+
+
+def halve_first_weight(state) -> None:
+    weight = next(k for k in state["algorithm"]["policy"] if k.endswith("weight"))
+    state["algorithm"]["policy"][weight].mul_(0.5)
+
+
+def test_a_checkpoint_naming_format_1_yet_carrying_a_digest_is_refused_everywhere(run_dir, tmp_path):
+    import rlplug
+
+    path = run_dir / "checkpoint.pt"
+    as_format_1(path, keep_digest=True, change=halve_first_weight)
+    for command in (["resume", str(run_dir)], ["eval", str(run_dir)],
+                    ["export", str(run_dir), "--format", "torchscript", "-o", str(tmp_path / "p.pt")],
+                    ["eval", str(run_dir), "--allow-unverified"]):
+        one_line_error(run_cli(*command), str(path), "names format 1", "yet carries one")
+    with pytest.raises(rlplug.UserError, match="names format 1"):
+        rlplug.Agent.load(path, out=tmp_path / "loaded", allow_unverified=True)
+    assert not (tmp_path / "p.pt").exists() and not (tmp_path / "loaded").exists()
+
+
+def test_a_checkpoint_without_a_digest_loads_only_with_allow_unverified(run_dir, tmp_path):
+    import rlplug
+
+    path = run_dir / "checkpoint.pt"
+    as_format_1(path, keep_digest=False)
+    for command in (["eval", str(run_dir)], ["resume", str(run_dir)],
+                    ["export", str(run_dir), "--format", "torchscript", "-o", str(tmp_path / "p.pt")]):
+        one_line_error(run_cli(*command), str(path), "format 1", "--allow-unverified")
+    with pytest.raises(rlplug.UserError, match="allow_unverified=True"):
+        rlplug.Agent.load(path, out=tmp_path / "refused")
+    result = run_cli("eval", str(run_dir), "--allow-unverified")
+    assert result.returncode == 0 and "cannot be checked" in result.stderr, result.stderr
+    with pytest.warns(rlplug.RlplugWarning, match="cannot be checked"):
+        agent = rlplug.Agent.load(path, out=tmp_path / "loaded", allow_unverified=True)
+    agent.close()

@@ -17,7 +17,7 @@ import torch
 from rlplug.errors import RlplugWarning, UserError
 
 #: Bumped when a checkpoint's layout changes. Format 2 adds ``digest``; format 1 files (written before it)
-#: still load, with a warning, since nothing can check their data.
+#: load only when the user says so (:data:`UNVERIFIED_FLAG`), since nothing can check their data.
 CHECKPOINT_FORMAT = 2
 READABLE_FORMATS = (1, 2)
 #: The top-level entries of a checkpoint and what each must be (``digest`` from format 2 on).
@@ -26,6 +26,8 @@ LAYOUT: dict[str, type | tuple[type, ...]] = {
     "episodes": int, "train_seconds": (int, float), "rng": dict,
 }
 COUNTERS = ("frames", "iterations", "episodes", "train_seconds")
+#: How a user loads a checkpoint without a digest: the commands' option, and ``Agent.load``'s argument.
+UNVERIFIED_FLAG = "--allow-unverified (Agent.load: allow_unverified=True)"
 
 
 def digest(state: dict[str, Any]) -> str:
@@ -105,8 +107,9 @@ def set_rng_state(state: dict[str, Any]) -> None:
                          cached))
 
 
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    """A checkpoint's contents, read without unpickling code (``weights_only=True``)."""
+def load_checkpoint(path: Path, *, allow_unverified: bool = False) -> dict[str, Any]:
+    """A checkpoint's contents, read without unpickling code (``weights_only=True``); one without a digest
+    (format 1) only with ``allow_unverified``, so that changing the format's one byte cannot turn the check off."""
     try:
         with warnings.catch_warnings():  # torch warns about foreign pickles before refusing them: the refusal says it
             warnings.simplefilter("ignore")
@@ -117,9 +120,16 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise UserError(f"{path}: not a readable rlplug checkpoint ({type(error).__name__})") from None
     if not isinstance(state, dict) or state.get("format") not in READABLE_FORMATS:
         raise UserError(f"{path}: not an rlplug checkpoint (format {CHECKPOINT_FORMAT} expected)")
+    if state["format"] == 1 and "digest" in state:  # only a file changed after it was written says both
+        raise UserError(f"{path}: the checkpoint names format 1, which had no digest, yet carries one: the file was "
+                        f"changed after it was written; use an earlier one from checkpoints/")
     if state["format"] == 1:
+        if not allow_unverified:
+            raise UserError(f"{path}: written before checkpoints carried a digest (format 1), so nothing can check "
+                            f"that its data is what was written; if you trust the file, load it with "
+                            f"{UNVERIFIED_FLAG}")
         warnings.warn(RlplugWarning(f"{path}: written before checkpoints carried a digest, so its data cannot "
-                                    f"be checked for corruption; it is used as it is"))
+                                    f"be checked for corruption; it is used as it is (--allow-unverified)"))
     elif state.get("digest") != digest(state):
         raise UserError(f"{path}: the checkpoint's data does not match its digest: the file was changed or "
                         f"damaged after it was written; use an earlier one from checkpoints/")

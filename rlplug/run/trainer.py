@@ -216,13 +216,14 @@ class Run:
         self._recipe_on_disk = resolved
 
     @classmethod
-    def resume(cls, run_dir: Path, overrides: list[str] = ()) -> "Run":
+    def resume(cls, run_dir: Path, overrides: list[str] = (), *, allow_unverified: bool = False) -> "Run":
         """The run in ``run_dir``, built from its checkpoint's recipe and state, ready to train on; ``overrides``
         (``--set``) change what trained weights allow (:mod:`rlplug.run.resuming`), and :attr:`changed` names the
         keys they changed. A run killed before its first checkpoint starts over from frame 0 with its recipe."""
         checkpoint, recipe_file = run_dir / "checkpoint.pt", run_dir / "recipe.toml"
         if checkpoint.exists():
-            return cls.from_checkpoint(checkpoint, run_dir, overrides=overrides, resuming=True)[0]
+            return cls.from_checkpoint(checkpoint, run_dir, overrides=overrides, resuming=True,
+                                       allow_unverified=allow_unverified)[0]
         if not recipe_file.is_file():
             what = "no run directory" if not run_dir.is_dir() else "neither checkpoint.pt nor recipe.toml in it"
             raise UserError(f"{run_dir}: {what}; resume takes the directory of a run that started training (one "
@@ -235,7 +236,8 @@ class Run:
 
     @classmethod
     def from_checkpoint(cls, path: Path, run_dir: Path, *, changes: dict[str, Any] | None = None,
-                        overrides: list[str] = (), resuming: bool = False) -> tuple["Run", dict[str, Any]]:
+                        overrides: list[str] = (), resuming: bool = False,
+                        allow_unverified: bool = False) -> tuple["Run", dict[str, Any]]:
         """The run a checkpoint holds, built from the checkpoint's own recipe into ``run_dir`` and loaded with its
         state (the one way a run is rebuilt: ``rlplug resume``, ``rlplug eval`` and :meth:`rlplug.Agent.load`);
         ``changes`` replace top-level recipe tables' keys first (``{"eval": {"episodes": 5}}``); ``resuming``: in
@@ -244,7 +246,7 @@ class Run:
         Returns ``(run, state)``. A file that loads as tensors but does not fit its own recipe (tampered, or
         truncated by hand), or holds non-finite parameters, is refused with one line, never half-used.
         """
-        state = load_checkpoint(path)
+        state = load_checkpoint(path, allow_unverified=allow_unverified)
         data = copy.deepcopy(state["recipe"])
         for table, values in (changes or {}).items():
             current = data.get(table, {})
