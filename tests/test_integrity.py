@@ -137,3 +137,71 @@ def test_a_checkpoint_without_a_digest_loads_only_with_allow_unverified(run_dir,
     with pytest.warns(rlplug.RlplugWarning, match="cannot be checked"):
         agent = rlplug.Agent.load(path, out=tmp_path / "loaded", allow_unverified=True)
     agent.close()
+
+
+# ---- items 9 and 12: every tensor of a checkpoint is checked, and env statistics must be possible
+
+def resealed(path: Path, change) -> None:
+    """The checkpoint at ``path`` changed by ``change(state)`` and sealed again, digest and all: what a buggy
+    writer could have made, which only the checks of its contents can refuse."""
+    from rlplug.run.checkpoints import sealed
+
+    state = torch.load(path, weights_only=True)
+    change(state)
+    torch.save(sealed({k: v for k, v in state.items() if k not in ("format", "digest")}), path)
+
+
+def assert_refused_on_every_road(run_dir: Path, tmp_path: Path, *fragments: str) -> None:
+    """``resume``, ``eval`` and ``export`` refuse the run's checkpoint in one line, and so does ``Agent.load``."""
+    import rlplug
+
+    path = run_dir / "checkpoint.pt"
+    before = snapshot(run_dir)
+    for command in (["resume", str(run_dir)], ["eval", str(run_dir)],
+                    ["export", str(run_dir), "--format", "torchscript", "-o", str(tmp_path / "policy.pt")]):
+        one_line_error(run_cli(*command), str(path), *fragments)
+    with pytest.raises(rlplug.UserError) as refused:
+        rlplug.Agent.load(path, out=tmp_path / "loaded")
+    assert all(fragment in str(refused.value) for fragment in fragments), str(refused.value)
+    assert snapshot(run_dir) == before and not (tmp_path / "policy.pt").exists()
+
+
+def test_nan_in_the_optimiser_state_is_refused(run_dir, tmp_path):
+    resealed(run_dir / "checkpoint.pt",
+             lambda s: s["algorithm"]["optimiser"]["state"][0]["exp_avg"].view(-1).__setitem__(0, float("nan")))
+    assert_refused_on_every_road(run_dir, tmp_path, "algorithm.optimiser.state.0.exp_avg", "not all finite")
+
+
+VEC_NORM = ["--set", "env.transforms=[{use='VecNorm'}]"]
+
+
+@pytest.fixture(scope="module")
+def vec_norm_trained(tmp_path_factory) -> Path:
+    """A finished run of 1024 frames whose observations go through VecNorm."""
+    out = tmp_path_factory.mktemp("vec_norm") / "run"
+    result = run_cli("run", str(CANONICAL), "--out", str(out), *SHORT, *VEC_NORM)
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+@pytest.fixture
+def vec_norm_run(vec_norm_trained, tmp_path) -> Path:
+    copy = tmp_path / "run"
+    shutil.copytree(vec_norm_trained, copy)
+    return copy
+
+
+def vec_norm_statistics(state) -> dict:
+    return state["env"]["transforms[0]"]["_extra_state"]
+
+
+@pytest.mark.parametrize("change, fragments", [
+    (lambda s: vec_norm_statistics(s)["var.-|-.observation"].__setitem__(0, -1.0), ["var", "is negative"]),
+    (lambda s: vec_norm_statistics(s).__setitem__("count.-|-.observation", torch.tensor(-5)), ["count", "is negative"]),
+    (lambda s: vec_norm_statistics(s).__setitem__("loc.-|-.observation", torch.zeros(7)),
+     ["loc", "has shape [7], the env's is [4]"]),
+    (lambda s: vec_norm_statistics(s)["var.-|-.observation"].__setitem__(1, float("inf")), ["not all finite"]),
+])
+def test_impossible_vec_norm_statistics_are_refused(vec_norm_run, tmp_path, change, fragments):
+    resealed(vec_norm_run / "checkpoint.pt", change)
+    assert_refused_on_every_road(vec_norm_run, tmp_path, *fragments)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -75,19 +76,52 @@ def layout_problem(state: dict[str, Any]) -> str | None:
     return None
 
 
-def tensors_finite(value: Any) -> bool:
-    """Whether every floating-point tensor in ``value`` (nested dicts and lists) holds only finite numbers."""
-    pending = [value]
+def entries(value: Any, prefix: str = ""):
+    """``(dotted path, leaf)`` for every tensor and number in ``value`` (nested dicts, lists and tuples)."""
+    pending = [(prefix, value)]
     while pending:
-        item = pending.pop()
+        where, item = pending.pop()
+        if isinstance(item, dict):
+            pending.extend((f"{where}.{key}" if where else str(key), v) for key, v in item.items())
+        elif isinstance(item, (list, tuple)):
+            pending.extend((f"{where}.{i}" if where else str(i), v) for i, v in enumerate(item))
+        else:
+            yield where, item
+
+
+def non_finite(value: Any) -> str | None:
+    """The path of the first floating-point tensor or float in ``value`` that holds a NaN or an infinity."""
+    for where, item in entries(value):
         if isinstance(item, torch.Tensor):
             if item.is_floating_point() and not bool(torch.isfinite(item).all()):
-                return False
-        elif isinstance(item, dict):
-            pending.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            pending.extend(item)
-    return True
+                return where
+        elif isinstance(item, float) and not math.isfinite(item):
+            return where
+    return None
+
+
+def tensors_finite(value: Any) -> bool:
+    """Whether every floating-point tensor and float in ``value`` (nested dicts and lists) is finite."""
+    return non_finite(value) is None
+
+
+#: Words in a statistic's name that make it a variance, a sum of squares or a count: never negative.
+NON_NEGATIVE = re.compile(r"(?:^|[^a-z])(var|ssq|count)(?:$|[^a-z])")
+
+
+def statistics_problem(saved: dict[str, Any], current: dict[str, Any]) -> str | None:
+    """What makes a checkpoint's env statistics (``saved``) impossible for the env built from its recipe, whose
+    own statistics are ``current``: a tensor whose shape differs from the env's, or a negative variance or
+    count. None when they fit; the entries themselves are then checked by loading them."""
+    shapes = {where: tuple(item.shape) for where, item in entries(current) if isinstance(item, torch.Tensor)}
+    for where, item in entries(saved):
+        if isinstance(item, torch.Tensor) and where in shapes and tuple(item.shape) != shapes[where]:
+            return f"its env statistic {where} has shape {list(item.shape)}, the env's is {list(shapes[where])}"
+        negative = bool((item < 0).any()) if isinstance(item, torch.Tensor) and not item.dtype == torch.bool \
+            else isinstance(item, (int, float)) and not isinstance(item, bool) and item < 0
+        if negative and NON_NEGATIVE.search(where.lower()):
+            return f"its env statistic {where} is negative, which a variance or a count cannot be"
+    return None
 
 
 def rng_state() -> dict[str, Any]:
@@ -136,4 +170,8 @@ def load_checkpoint(path: Path, *, allow_unverified: bool = False) -> dict[str, 
     problem = layout_problem(state)
     if problem:
         raise UserError(f"{path}: not a usable rlplug checkpoint: {problem}")
+    broken = non_finite({key: state[key] for key in ("algorithm", "env", "train_seconds")})
+    if broken:
+        raise UserError(f"{path}: its {broken} holds numbers that are not all finite (NaN or infinity), so nothing "
+                        f"can be learned or evaluated from it; use an earlier one from checkpoints/")
     return state

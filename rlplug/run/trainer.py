@@ -29,7 +29,7 @@ from rlplug.errors import UserError, WorkersLost, reported
 from rlplug.recipe import Recipe, read_toml, validate
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability, checked_metrics, conform
-from rlplug.run.checkpoints import load_checkpoint, rng_state, sealed, set_rng_state, tensors_finite
+from rlplug.run.checkpoints import load_checkpoint, rng_state, sealed, set_rng_state, statistics_problem, tensors_finite
 from rlplug.run.directory import Claim, ensure_writable, write_atomically
 from rlplug.run.resuming import resumed_recipe
 from rlplug.core.envs import as_evaluation_env, build_env, close_env, env_statistics
@@ -262,6 +262,9 @@ class Run:
         run = cls.build(recipe, run_dir, resuming=resuming)
         run.changed = changed
         try:
+            problem = statistics_problem(state["env"], run.env_statistics())
+            if problem:
+                raise UserError(f"not a usable rlplug checkpoint: {problem}")
             run.load_state_dict(state)
             if not run.finite(state):
                 raise UserError("its network parameters or normalisation statistics are not all finite (NaN or "
@@ -351,15 +354,16 @@ class Run:
         checkpoint on disk is one training can go on from."""
         state = self.state_dict()
         if not self.finite(state):
-            raise TrainingDiverged(f"no checkpoint written at frame {self.frames}: the network parameters or "
-                                   f"normalisation statistics are not all finite (NaN or infinity)")
+            raise TrainingDiverged(f"no checkpoint written at frame {self.frames}: the network parameters, optimiser "
+                                   f"state or normalisation statistics are not all finite (NaN or infinity)")
         data = io.BytesIO()
         torch.save(state, data)
         return data.getvalue()
 
     def finite(self, state: dict[str, Any]) -> bool:
-        """Whether the networks' parameters and the env statistics of ``state`` (this run's) are all finite."""
-        return all_finite(self.parameter_storages()) and tensors_finite(state["env"])
+        """Whether the networks' parameters and everything ``state`` (this run's) holds, the optimiser's state and
+        the env statistics included, are all finite."""
+        return all_finite(self.parameter_storages()) and tensors_finite(state)
 
     def summary(self) -> dict[str, Any]:
         returns = self.eval_returns
