@@ -205,3 +205,17 @@ def vec_norm_statistics(state) -> dict:
 def test_impossible_vec_norm_statistics_are_refused(vec_norm_run, tmp_path, change, fragments):
     resealed(vec_norm_run / "checkpoint.pt", change)
     assert_refused_on_every_road(vec_norm_run, tmp_path, *fragments)
+
+
+# ---- item 7: a refused resume changes nothing in the directory
+
+@pytest.mark.parametrize("garbage", [b"frames,loss\n512,0.5\n\x00\x00\x00\x00\x00\n", b"\x89PNG\r\n not a csv at all"])
+def test_a_refused_resume_leaves_a_finished_run_byte_identical(run_dir, garbage):
+    (run_dir / "metrics.csv").write_bytes(garbage)
+    before = snapshot(run_dir)
+    one_line_error(run_cli("resume", str(run_dir), "--set", "run.total_frames=2048"), str(run_dir / "metrics.csv"),
+                   "move it aside")
+    assert snapshot(run_dir) == before
+    for refused in (["--set", "algorithm.lr=0.5"], ["--set", "run.total_frames=-1"]):
+        assert run_cli("resume", str(run_dir), *refused).returncode == 2
+        assert snapshot(run_dir) == before

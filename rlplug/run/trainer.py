@@ -116,7 +116,8 @@ class Run:
         checkpoints every ``run.checkpoint_every_frames`` and at the end; stops early, with a checkpoint,
         when :meth:`request_stop` is called (by a signal handler, say) or the runner's workers are lost
         (:class:`WorkersLost`, raised again saying how to go on). ``summary.json`` is written however
-        the call ends.
+        the call ends once its loggers have started; a call refused before (a metrics.csv that is not rlplug's)
+        leaves the directory's summary as it was.
         """
         recipe, settings = self.recipe, self.recipe.run
         tracker = self.collector.tracker
@@ -134,10 +135,12 @@ class Run:
         started, frames_before = time.perf_counter(), self.frames
         summary: dict[str, Any] = {"status": "failed"}
         self.stop_reason = None
+        trained = False  # until every logger has started: a refusal before then leaves summary.json as it was
         try:
             for logger in recipe.loggers:  # inside the try: one that fails to start still gets the others closed
                 loggers.append(logger.build(run_dir=self.run_dir, total_frames=settings.total_frames, frames=self.frames,
                                             networks=self.networks()))
+            trained = True
             while self.frames < stop_frames and (stop_episodes is None or tracker.episodes < stop_episodes) \
                     and (stop_iters is None or self.iterations < stop_iters) and self.stop_reason is None:
                 batch = self.collector.collect()
@@ -185,7 +188,8 @@ class Run:
                 self.collector.shutdown()
             summary.update(self.summary())
             with reported(failing, "summary.json was not written"):  # on a full disk, say
-                write_atomically(self.run_dir / "summary.json", (json.dumps(summary, indent=2) + "\n").encode())
+                if trained:
+                    write_atomically(self.run_dir / "summary.json", (json.dumps(summary, indent=2) + "\n").encode())
             for logger in loggers:
                 with reported(failing, "a logger did not close cleanly"):
                     logger.close(summary)
