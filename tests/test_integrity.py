@@ -5,6 +5,7 @@ Everything goes through the real CLI in a subprocess, on real files."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import signal
@@ -219,3 +220,58 @@ def test_a_refused_resume_leaves_a_finished_run_byte_identical(run_dir, garbage)
     for refused in (["--set", "algorithm.lr=0.5"], ["--set", "run.total_frames=-1"]):
         assert run_cli("resume", str(run_dir), *refused).returncode == 2
         assert snapshot(run_dir) == before
+
+
+# ---- item 13 (part): a write that fails says what failed and what to do, for the command at hand
+
+@pytest.fixture
+def read_only(tmp_path) -> Path:
+    """A directory no file can be written in: a read-only one, or /sys for root (who writes anywhere else)."""
+    if os.geteuid() == 0:
+        yield Path("/sys")
+        return
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    yield folder
+    folder.chmod(0o755)
+
+
+def assert_names_only_the_output(line: str, output: Path) -> None:
+    assert f"-o {output}: cannot write" in line and "make it writable, or give another -o" in line, line
+    assert "checkpoints already written" not in line and ".partial" not in line and ".tmp" not in line, line
+
+
+def test_export_and_plot_to_a_read_only_place_say_so_in_one_line(trained, read_only):
+    output = read_only / "rlplug-policy.pt"
+    line = one_line_error(run_cli("export", str(trained), "--format", "torchscript", "-o", str(output)),
+                          "the exported policy")
+    assert_names_only_the_output(line, output)
+    output = read_only / "rlplug-curve.png"
+    line = one_line_error(run_cli("plot", str(trained), "-o", str(output)), "the plot")
+    assert_names_only_the_output(line, output)
+    assert not output.exists()
+
+
+def test_a_metrics_file_that_cannot_be_written_is_not_called_a_full_disk(run_dir):
+    (run_dir / "metrics.csv").unlink()
+    (run_dir / "metrics.csv").mkdir()
+    before = snapshot(run_dir)
+    line = one_line_error(run_cli("resume", str(run_dir), "--set", "run.total_frames=2048"),
+                          str(run_dir / "metrics.csv"), "Is a directory")
+    assert "free some space" not in line, line
+    assert snapshot(run_dir) == before
+
+
+@pytest.mark.parametrize("code, advice", [(errno.EACCES, "make it writable"), (errno.EISDIR, "fix that"),
+                                          (errno.ENOSPC, "free some space"), (errno.EFBIG, "free some space")])
+def test_a_run_stopped_by_a_failed_write_gives_the_advice_for_its_cause(tmp_path, code, advice):
+    from types import SimpleNamespace
+
+    from rlplug.cli.run import stopped_by
+
+    (tmp_path / "checkpoint.pt").write_bytes(b"")
+    error = OSError(code, os.strerror(code), str(tmp_path / "metrics.csv"))
+    line = str(stopped_by(error, SimpleNamespace(run_dir=tmp_path, frames=512)))
+    assert f"{advice}, then continue with: python -m rlplug resume {tmp_path}" in line, line
+    assert line.count("free some space") == (advice == "free some space"), line

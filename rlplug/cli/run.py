@@ -249,6 +249,8 @@ def resume_batched(args: argparse.Namespace) -> int:
 def stopped_by(error: OSError, run) -> UserError:
     """The one line for a run stopped by a failing file write (a full disk): the file, the reason, what is kept
     and how to go on once the cause is gone (the half-written file was removed)."""
+    from rlplug.run.directory import remedy
+
     where = f"{error.filename}: " if error.filename else ""
     if (run.run_dir / "checkpoint.pt").exists():
         kept = f"the run stopped at frame {run.frames} and its last checkpoint is kept; "
@@ -257,7 +259,7 @@ def stopped_by(error: OSError, run) -> UserError:
     else:
         return UserError(f"{where}{error.strerror or error}; nothing of the run was written: fix that, then run "
                          f"it again with the same --out {run.run_dir}")
-    return UserError(f"{where}{error.strerror or error}; {kept}fix that (free some space, say), then continue with: "
+    return UserError(f"{where}{error.strerror or error}; {kept}{remedy(error)}, then continue with: "
                      f"python -m rlplug resume {run.run_dir}")
 
 

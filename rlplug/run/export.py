@@ -252,10 +252,11 @@ def flat_info(info: dict[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 def write_bytes(path: Path, data: bytes) -> None:
-    from rlplug.run.directory import write_atomically
+    from rlplug.run.directory import write_atomically, writing_output
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, data)
+    with writing_output("-o", path, "the exported policy"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, data)
 
 
 def export(run, path: Path, fmt: str) -> tuple[Path, Deployable]:
