@@ -275,3 +275,80 @@ def test_a_run_stopped_by_a_failed_write_gives_the_advice_for_its_cause(tmp_path
     line = str(stopped_by(error, SimpleNamespace(run_dir=tmp_path, frames=512)))
     assert f"{advice}, then continue with: python -m rlplug resume {tmp_path}" in line, line
     assert line.count("free some space") == (advice == "free some space"), line
+
+
+# ---- the atomic checkpoint write and the directory lock, each aimed at its guarantee
+
+#: Runs the CLI and kills it (SIGKILL) in the middle of its second write of the latest checkpoint, whatever file
+#: that write goes to (checkpoint.pt itself, or a temporary file renamed over it): half the bytes are on disk.
+KILL_MID_WRITE = """
+import builtins, io, os, runpy, signal, sys
+
+real_open, writes = builtins.open, []
+
+
+class Torn:
+    def __init__(self, handle):
+        self.handle = handle
+
+    def write(self, data):
+        self.handle.write(data[:len(data) // 2])
+        self.handle.flush()
+        os.fsync(self.handle.fileno())
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def __getattr__(self, name):
+        return getattr(self.handle, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.close()
+
+
+def torn_open(file, mode="r", *args, **kwargs):
+    handle = real_open(file, mode, *args, **kwargs)
+    if any(m in mode for m in "wax") and os.path.basename(os.fspath(file)) in ("checkpoint.pt", ".checkpoint.pt.tmp"):
+        writes.append(file)
+        if len(writes) == 2:
+            return Torn(handle)
+    return handle
+
+
+builtins.open = io.open = torn_open
+sys.argv = ["rlplug", *sys.argv[1:]]
+runpy.run_module("rlplug", run_name="__main__")
+"""
+
+
+def test_a_kill_in_the_middle_of_a_checkpoint_write_leaves_the_previous_one_whole(tmp_path):
+    out = tmp_path / "run"
+    killed = subprocess.run([sys.executable, "-c", KILL_MID_WRITE, "run", str(CANONICAL), "--out", str(out), *SHORT,
+                             "--set", "run.total_frames=2048"], cwd=ROOT, env=cli_environment(None),
+                            capture_output=True, text=True, timeout=300)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr  # killed with half a checkpoint written
+    assert torch.load(out / "checkpoint.pt", weights_only=True)["frames"] == 512  # the previous one, whole
+    result = run_cli("resume", str(out))
+    assert result.returncode == 0 and "at frame 512" in result.stdout, result.stderr
+    assert not list(out.rglob(".*.tmp"))
+
+
+def test_resume_of_a_directory_a_run_is_training_in_is_refused_by_the_lock(tmp_path):
+    """The training run is paused (SIGSTOP) while it holds the directory, so that a resume the lock failed to
+    refuse would train 512 frames on from its checkpoint and end with exit 0."""
+    out = tmp_path / "run"
+    training = start_cli("run", str(CANONICAL), "--out", str(out), *SHORT, "--set", "run.total_frames=100000000")
+    try:
+        wait_for(out / "checkpoint.pt", training)
+        training.send_signal(signal.SIGSTOP)
+        frames = torch.load(out / "checkpoint.pt", weights_only=True)["frames"]
+        before = snapshot(out)
+        refused = run_cli("resume", str(out), "--set", f"run.total_frames={frames + 512}")
+        one_line_error(refused, str(out), "another run is training in this directory")
+        assert snapshot(out) == before
+    finally:
+        training.send_signal(signal.SIGCONT)
+        training.send_signal(signal.SIGTERM)
+        training.communicate(timeout=60)
+    assert training.returncode == 143
