@@ -352,3 +352,46 @@ def test_resume_of_a_directory_a_run_is_training_in_is_refused_by_the_lock(tmp_p
         training.send_signal(signal.SIGTERM)
         training.communicate(timeout=60)
     assert training.returncode == 143
+
+
+# ---- item 8: export carries the env.transforms' normalisation, or refuses
+
+def test_an_exported_policy_acts_as_the_run_does_with_vec_norm(vec_norm_trained, tmp_path):
+    """The run's deterministic policy plays its evaluation env (VecNorm frozen); the same env without its
+    transforms, seeded alike and given the same actions, shows the raw observations, on which the ONNX file must
+    choose those actions."""
+    import numpy as np
+    import onnxruntime
+    from torchrl.envs.utils import ExplorationType, set_exploration_type
+
+    import rlplug
+    from rlplug.core.envs import as_evaluation_env
+
+    output = tmp_path / "policy.onnx"
+    result = run_cli("export", str(vec_norm_trained), "-o", str(output))
+    assert result.returncode == 0, result.stderr
+    agent = rlplug.Agent.load(vec_norm_trained / "checkpoint.pt", out=tmp_path / "loaded")
+    try:
+        env = agent.run.eval_env
+        as_evaluation_env(env, agent.run.env_statistics())
+        with set_exploration_type(ExplorationType.DETERMINISTIC), torch.no_grad():
+            env.set_seed(7)
+            played = env.rollout(60, agent.run.algorithm.policy, break_when_any_done=True)
+            actions = played["action"]
+            steps = iter(range(actions.shape[env.batch_dims]))
+
+            def replay(observation):  # TorchRL hands a plain callable the observation, and sets what it returns
+                return actions.select(env.batch_dims, next(steps))
+
+            env.base_env.set_seed(7)
+            raw = env.base_env.rollout(actions.shape[env.batch_dims], replay, break_when_any_done=True)
+    finally:
+        agent.close()
+    observations = raw["observation"].reshape(-1, raw["observation"].shape[-1]).numpy().astype(np.float32)
+    assert not np.allclose(observations, played["observation"].reshape(observations.shape).numpy())  # normalised
+    one_hot = actions.shape[:-1] == raw["observation"].shape[:-1]
+    expected = actions.argmax(-1) if one_hot else actions
+    session = onnxruntime.InferenceSession(str(output), providers=["CPUExecutionProvider"])
+    chosen = session.run(["action"], {"observation": observations})[0]
+    assert (chosen == expected.reshape(-1).numpy()).all()
+    assert "observation normalisation: included" in result.stdout
