@@ -395,3 +395,38 @@ def test_an_exported_policy_acts_as_the_run_does_with_vec_norm(vec_norm_trained,
     chosen = session.run(["action"], {"observation": observations})[0]
     assert (chosen == expected.reshape(-1).numpy()).all()
     assert "observation normalisation: included" in result.stdout
+
+
+@pytest.mark.parametrize("transform, outcome", [
+    ("{use='ObservationNorm', loc=[0.5, 0.0, 0.0, 0.0], scale=[2.0, 1.0, 4.0, 1.0], standard_normal=true}",
+     "observation normalisation: included"),
+    ("{use='CatFrames', N=2}", "env.transforms[0] (CatFrames) changes the observation the policy reads"),
+])
+def test_export_includes_observation_norm_and_refuses_other_observation_transforms(tmp_path, transform, outcome):
+    from onnxruntime import InferenceSession
+
+    out = tmp_path / "run"
+    trained = run_cli("run", str(CANONICAL), "--out", str(out), *SHORT, "--set", "run.total_frames=512",
+                      "--set", f"env.transforms=[{transform}]")
+    assert trained.returncode == 0, trained.stderr
+    result = run_cli("export", str(out), "-o", str(tmp_path / "policy.onnx"))
+    if "included" not in outcome:
+        one_line_error(result, outcome)
+        assert not (tmp_path / "policy.onnx").exists()
+        return
+    assert result.returncode == 0 and outcome in result.stdout, result.stderr
+    import numpy as np
+    from tensordict import TensorDict
+
+    import rlplug
+
+    raw = torch.tensor([[0.5, 0.1, 0.0, -0.2], [1.5, 0.1, 0.4, -0.2], [-1.0, 1.0, 0.1, 0.3]])
+    normalised = (raw - torch.tensor([0.5, 0.0, 0.0, 0.0])) / torch.tensor([2.0, 1.0, 4.0, 1.0])
+    session = InferenceSession(str(tmp_path / "policy.onnx"), providers=["CPUExecutionProvider"])
+    logits = session.run(["logits"], {"observation": raw.numpy()})[0]
+    agent = rlplug.Agent.load(out / "checkpoint.pt", out=tmp_path / "loaded")
+    try:
+        expected = agent.run.algorithm.policy(TensorDict({"observation": normalised}, [3]))["logits"]
+    finally:
+        agent.close()
+    np.testing.assert_allclose(logits, expected.detach().numpy(), rtol=1e-5, atol=1e-5)
