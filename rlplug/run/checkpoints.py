@@ -117,7 +117,7 @@ def statistics_problem(saved: dict[str, Any], current: dict[str, Any]) -> str | 
     for where, item in entries(saved):
         if isinstance(item, torch.Tensor) and where in shapes and tuple(item.shape) != shapes[where]:
             return f"its env statistic {where} has shape {list(item.shape)}, the env's is {list(shapes[where])}"
-        negative = bool((item < 0).any()) if isinstance(item, torch.Tensor) and not item.dtype == torch.bool \
+        negative = bool((item < 0).any()) if isinstance(item, torch.Tensor) and item.dtype != torch.bool \
             else isinstance(item, (int, float)) and not isinstance(item, bool) and item < 0
         if negative and NON_NEGATIVE.search(where.lower()):
             return f"its env statistic {where} is negative, which a variance or a count cannot be"
