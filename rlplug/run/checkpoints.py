@@ -124,6 +124,13 @@ def statistics_problem(saved: dict[str, Any], current: dict[str, Any]) -> str | 
     return None
 
 
+def check_statistics(saved: dict[str, Any], current: dict[str, Any]) -> None:
+    """:func:`statistics_problem` as a ``UserError``."""
+    problem = statistics_problem(saved, current)
+    if problem:
+        raise UserError(f"not a usable rlplug checkpoint: {problem}")
+
+
 def rng_state() -> dict[str, Any]:
     """Python's, numpy's and torch's random states as tensors and numbers (for ``weights_only`` loading)."""
     _, python_state, _ = random.getstate()

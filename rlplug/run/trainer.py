@@ -29,7 +29,7 @@ from rlplug.errors import UserError, WorkersLost, reported
 from rlplug.recipe import Recipe, read_toml, validate
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability, checked_metrics, conform
-from rlplug.run.checkpoints import load_checkpoint, rng_state, sealed, set_rng_state, statistics_problem, tensors_finite
+from rlplug.run.checkpoints import load_checkpoint, rng_state, sealed, set_rng_state, check_statistics, tensors_finite
 from rlplug.run.directory import Claim, ensure_writable, write_atomically
 from rlplug.run.resuming import resumed_recipe
 from rlplug.core.envs import as_evaluation_env, build_env, close_env, env_statistics
@@ -116,9 +116,7 @@ class Run:
         checkpoints every ``run.checkpoint_every_frames`` and at the end; stops early, with a checkpoint,
         when :meth:`request_stop` is called (by a signal handler, say) or the runner's workers are lost
         (:class:`WorkersLost`, raised again saying how to go on). ``summary.json`` is written however
-        the call ends once its loggers have started; a call refused before (a metrics.csv that is not rlplug's)
-        leaves the directory's summary as it was.
-        """
+        the call ends once its loggers have started (a refused resume leaves the directory as it was)."""
         recipe, settings = self.recipe, self.recipe.run
         tracker = self.collector.tracker
         stop_frames = min(settings.total_frames, self.frames + max_frames if max_frames else settings.total_frames)
@@ -266,9 +264,7 @@ class Run:
         run = cls.build(recipe, run_dir, resuming=resuming)
         run.changed = changed
         try:
-            problem = statistics_problem(state["env"], run.env_statistics())
-            if problem:
-                raise UserError(f"not a usable rlplug checkpoint: {problem}")
+            check_statistics(state["env"], run.env_statistics())
             run.load_state_dict(state)
             if not run.finite(state):
                 raise UserError("its network parameters or normalisation statistics are not all finite (NaN or "
@@ -365,8 +361,7 @@ class Run:
         return data.getvalue()
 
     def finite(self, state: dict[str, Any]) -> bool:
-        """Whether the networks' parameters and everything ``state`` (this run's) holds, the optimiser's state and
-        the env statistics included, are all finite."""
+        """Whether the networks' parameters and all ``state`` (this run's: optimiser, env statistics) are finite."""
         return all_finite(self.parameter_storages()) and tensors_finite(state)
 
     def summary(self) -> dict[str, Any]:
