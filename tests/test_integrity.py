@@ -142,7 +142,9 @@ def test_a_checkpoint_without_a_digest_loads_only_with_allow_unverified(run_dir,
         rlplug.Agent.load(path, out=tmp_path / "refused")
     result = run_cli("eval", str(run_dir), "--allow-unverified")
     assert result.returncode == 0 and "cannot be checked" in result.stderr, result.stderr
-    with pytest.warns(rlplug.RlplugWarning, match="cannot be checked"):
+    from rlplug.errors import RlplugWarning
+
+    with pytest.warns(RlplugWarning, match="cannot be checked"):
         agent = rlplug.Agent.load(path, out=tmp_path / "loaded", allow_unverified=True)
     agent.close()
 
