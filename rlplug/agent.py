@@ -70,9 +70,11 @@ class Agent:
         return SeedAgents(BatchedRun.build(validated, run_dir))
 
     @classmethod
-    def load(cls, path: str | Path, *, out: str | Path | None = None) -> "Agent":
-        """An agent from a checkpoint written by :meth:`save` (or a run's ``checkpoint.pt``)."""
-        run, _ = Run.from_checkpoint(Path(path), Path(out) if out else default_run_dir(Path(path)))
+    def load(cls, path: str | Path, *, out: str | Path | None = None, allow_unverified: bool = False) -> "Agent":
+        """An agent from a checkpoint written by :meth:`save` (or a run's ``checkpoint.pt``); one written before
+        checkpoints carried a digest only with ``allow_unverified=True`` (nothing can check its data)."""
+        run, _ = Run.from_checkpoint(Path(path), Path(out) if out else default_run_dir(Path(path)),
+                                     allow_unverified=allow_unverified)
         return cls(run)
 
     def train(self, max_frames: int | None = None, max_episodes: int | None = None, max_iters: int | None = None,

@@ -65,7 +65,15 @@ def add_commands(subparsers) -> None:
     parser.add_argument("--video-episodes", type=positive_int, default=1, metavar="K",
                         help="episodes in the video (default: 1), from the same start states as the first K "
                              "evaluation episodes")
+    add_unverified_option(parser)
     parser.set_defaults(handler=cmd_eval)
+
+
+def add_unverified_option(parser) -> None:
+    """``--allow-unverified``, for the commands that load a checkpoint (eval, export, resume)."""
+    parser.add_argument("--allow-unverified", action="store_true",
+                        help="load a checkpoint written before checkpoints carried a digest (format 1): nothing can "
+                             "check that its data is what was written, so only for a file you trust")
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -89,7 +97,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="rlplug-eval-") as scratch:
         # evaluation steps one env here: a run trained on Ray needs no workers
         changes = {"runner": {"use": "local"}, **({"eval": {"episodes": args.episodes}} if args.episodes else {})}
-        run, state = Run.from_checkpoint(checkpoint, Path(scratch) / "run", changes=changes)
+        run, state = Run.from_checkpoint(checkpoint, Path(scratch) / "run", changes=changes,
+                                         allow_unverified=args.allow_unverified)
         recipe = run.recipe
         episodes = recipe.eval.episodes
         seed = args.seed if args.seed is not None else recipe.run.seed + EVAL_SEED_OFFSET

@@ -21,6 +21,8 @@ CHECKED_OBSERVATIONS = 64
 
 def add_commands(subparsers) -> None:
     """Adds ``export``."""
+    from rlplug.cli.eval import add_unverified_option
+
     parser = subparsers.add_parser(
         "export", help="write a run's deterministic policy (normalisation included) as ONNX or TorchScript",
         description="Write the deterministic policy of a run's checkpoint, with the env's observation "
@@ -35,6 +37,7 @@ def add_commands(subparsers) -> None:
     parser.add_argument("--checkpoint", type=Path, metavar="FILE",
                         help="checkpoint to export (default: RUN_DIR/checkpoint.pt; a relative path is also looked "
                              "for inside RUN_DIR)")
+    add_unverified_option(parser)
     parser.set_defaults(handler=cmd_export)
 
 
@@ -53,7 +56,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     from rlplug.run.trainer import Run
 
     with tempfile.TemporaryDirectory(prefix="rlplug-export-") as scratch:
-        run, _ = Run.from_checkpoint(checkpoint, Path(scratch) / "run", changes={"runner": {"use": "local"}})
+        run, _ = Run.from_checkpoint(checkpoint, Path(scratch) / "run", changes={"runner": {"use": "local"}},
+                                     allow_unverified=args.allow_unverified)
         try:
             path, item = export(run, args.output, args.fmt)
         finally:

@@ -14,6 +14,7 @@ those runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import math
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from rlplug.errors import UserError
+from rlplug.run.directory import writing_output
 
 #: Axis labels of the metrics people plot most.
 METRIC_LABELS = {
@@ -110,7 +112,8 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
     threshold = args.gap_threshold if args.gap_threshold is not None else reward_threshold(envs[0])
     scores = {group.label: [run.values[-1] for run in group.runs] for group in groups}
     label = f"final {METRIC_LABELS.get(metric, metric)}"
-    intervals, profiles, estimates = plot_aggregates(scores, output, gap_threshold=threshold, xlabel=label)
+    with writing_output("-o", output, "the plots"):
+        intervals, profiles, estimates = plot_aggregates(scores, output, gap_threshold=threshold, xlabel=label)
     print(f"wrote {intervals} (interval estimates) and {profiles} (performance profiles): {describe_groups(groups)}")
     for name, metrics in estimates.items():
         shown = ", ".join(f"{m} {p:.4g} [{lo:.4g}, {hi:.4g}]" for m, (p, lo, hi) in metrics.items())
@@ -158,13 +161,15 @@ def write_plot(run_dirs: Sequence[Path], output: Path, metric: str, *, title: st
     axes.set_xlim(left=0)
     place_legend(figure, axes)
 
-    output.parent.mkdir(parents=True, exist_ok=True)
     temporary = output.with_name(f".{output.stem}.partial{output.suffix}")
-    try:
-        figure.savefig(temporary, format=fmt)
-        temporary.replace(output)
-    finally:
-        temporary.unlink(missing_ok=True)
+    with writing_output("-o", output, "the plot"):
+        output.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            figure.savefig(temporary, format=fmt)
+            temporary.replace(output)
+        finally:
+            with contextlib.suppress(OSError):
+                temporary.unlink(missing_ok=True)
     return output, groups
 
 

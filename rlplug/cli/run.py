@@ -15,6 +15,8 @@ from rlplug.errors import UserError
 
 def add_commands(subparsers) -> None:
     """Adds ``run`` and ``resume``."""
+    from rlplug.cli.eval import add_unverified_option
+
     run = subparsers.add_parser("run", help="train from a recipe")
     run.add_argument("recipe", type=Path, help="the recipe TOML file")
     run.add_argument("--out", type=Path, help="run directory (default: a fresh one under runs/)")
@@ -37,6 +39,7 @@ def add_commands(subparsers) -> None:
     resume.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="change what trained weights allow: run.total_frames, run.checkpoint_every_frames, "
                              "run.keep_checkpoints, run.num_threads, run.compile, eval.*, loggers, runner (repeatable)")
+    add_unverified_option(resume)
     resume.set_defaults(handler=cmd_resume)
 
 
@@ -215,7 +218,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     with long_lived_objects():
         from rlplug.run.trainer import Run
 
-        run = Run.resume(args.run_dir, args.overrides)
+        run = Run.resume(args.run_dir, args.overrides, allow_unverified=args.allow_unverified)
     if run.frames >= run.recipe.run.total_frames:
         print(f"{args.run_dir}: already trained for its {run.recipe.run.total_frames} frames; nothing to do")
         return 0
@@ -246,6 +249,8 @@ def resume_batched(args: argparse.Namespace) -> int:
 def stopped_by(error: OSError, run) -> UserError:
     """The one line for a run stopped by a failing file write (a full disk): the file, the reason, what is kept
     and how to go on once the cause is gone (the half-written file was removed)."""
+    from rlplug.run.directory import remedy
+
     where = f"{error.filename}: " if error.filename else ""
     if (run.run_dir / "checkpoint.pt").exists():
         kept = f"the run stopped at frame {run.frames} and its last checkpoint is kept; "
@@ -254,7 +259,7 @@ def stopped_by(error: OSError, run) -> UserError:
     else:
         return UserError(f"{where}{error.strerror or error}; nothing of the run was written: fix that, then run "
                          f"it again with the same --out {run.run_dir}")
-    return UserError(f"{where}{error.strerror or error}; {kept}fix that (free some space, say), then continue with: "
+    return UserError(f"{where}{error.strerror or error}; {kept}{remedy(error)}, then continue with: "
                      f"python -m rlplug resume {run.run_dir}")
 
 

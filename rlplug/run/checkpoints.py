@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ import torch
 from rlplug.errors import RlplugWarning, UserError
 
 #: Bumped when a checkpoint's layout changes. Format 2 adds ``digest``; format 1 files (written before it)
-#: still load, with a warning, since nothing can check their data.
+#: load only when the user says so (:data:`UNVERIFIED_FLAG`), since nothing can check their data.
 CHECKPOINT_FORMAT = 2
 READABLE_FORMATS = (1, 2)
 #: The top-level entries of a checkpoint and what each must be (``digest`` from format 2 on).
@@ -26,6 +27,8 @@ LAYOUT: dict[str, type | tuple[type, ...]] = {
     "episodes": int, "train_seconds": (int, float), "rng": dict,
 }
 COUNTERS = ("frames", "iterations", "episodes", "train_seconds")
+#: How a user loads a checkpoint without a digest: the commands' option, and ``Agent.load``'s argument.
+UNVERIFIED_FLAG = "--allow-unverified (Agent.load: allow_unverified=True)"
 
 
 def digest(state: dict[str, Any]) -> str:
@@ -73,19 +76,59 @@ def layout_problem(state: dict[str, Any]) -> str | None:
     return None
 
 
-def tensors_finite(value: Any) -> bool:
-    """Whether every floating-point tensor in ``value`` (nested dicts and lists) holds only finite numbers."""
-    pending = [value]
+def entries(value: Any, prefix: str = ""):
+    """``(dotted path, leaf)`` for every tensor and number in ``value`` (nested dicts, lists and tuples)."""
+    pending = [(prefix, value)]
     while pending:
-        item = pending.pop()
+        where, item = pending.pop()
+        if isinstance(item, dict):
+            pending.extend((f"{where}.{key}" if where else str(key), v) for key, v in item.items())
+        elif isinstance(item, (list, tuple)):
+            pending.extend((f"{where}.{i}" if where else str(i), v) for i, v in enumerate(item))
+        else:
+            yield where, item
+
+
+def non_finite(value: Any) -> str | None:
+    """The path of the first floating-point tensor or float in ``value`` that holds a NaN or an infinity."""
+    for where, item in entries(value):
         if isinstance(item, torch.Tensor):
             if item.is_floating_point() and not bool(torch.isfinite(item).all()):
-                return False
-        elif isinstance(item, dict):
-            pending.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            pending.extend(item)
-    return True
+                return where
+        elif isinstance(item, float) and not math.isfinite(item):
+            return where
+    return None
+
+
+def tensors_finite(value: Any) -> bool:
+    """Whether every floating-point tensor and float in ``value`` (nested dicts and lists) is finite."""
+    return non_finite(value) is None
+
+
+#: Words in a statistic's name that make it a variance, a sum of squares or a count: never negative.
+NON_NEGATIVE = re.compile(r"(?:^|[^a-z])(var|ssq|count)(?:$|[^a-z])")
+
+
+def statistics_problem(saved: dict[str, Any], current: dict[str, Any]) -> str | None:
+    """What makes a checkpoint's env statistics (``saved``) impossible for the env built from its recipe, whose
+    own statistics are ``current``: a tensor whose shape differs from the env's, or a negative variance or
+    count. None when they fit; the entries themselves are then checked by loading them."""
+    shapes = {where: tuple(item.shape) for where, item in entries(current) if isinstance(item, torch.Tensor)}
+    for where, item in entries(saved):
+        if isinstance(item, torch.Tensor) and where in shapes and tuple(item.shape) != shapes[where]:
+            return f"its env statistic {where} has shape {list(item.shape)}, the env's is {list(shapes[where])}"
+        negative = bool((item < 0).any()) if isinstance(item, torch.Tensor) and item.dtype != torch.bool \
+            else isinstance(item, (int, float)) and not isinstance(item, bool) and item < 0
+        if negative and NON_NEGATIVE.search(where.lower()):
+            return f"its env statistic {where} is negative, which a variance or a count cannot be"
+    return None
+
+
+def check_statistics(saved: dict[str, Any], current: dict[str, Any]) -> None:
+    """:func:`statistics_problem` as a ``UserError``."""
+    problem = statistics_problem(saved, current)
+    if problem:
+        raise UserError(f"not a usable rlplug checkpoint: {problem}")
 
 
 def rng_state() -> dict[str, Any]:
@@ -105,8 +148,9 @@ def set_rng_state(state: dict[str, Any]) -> None:
                          cached))
 
 
-def load_checkpoint(path: Path) -> dict[str, Any]:
-    """A checkpoint's contents, read without unpickling code (``weights_only=True``)."""
+def load_checkpoint(path: Path, *, allow_unverified: bool = False) -> dict[str, Any]:
+    """A checkpoint's contents, read without unpickling code (``weights_only=True``); one without a digest
+    (format 1) only with ``allow_unverified``, so that changing the format's one byte cannot turn the check off."""
     try:
         with warnings.catch_warnings():  # torch warns about foreign pickles before refusing them: the refusal says it
             warnings.simplefilter("ignore")
@@ -117,13 +161,24 @@ def load_checkpoint(path: Path) -> dict[str, Any]:
         raise UserError(f"{path}: not a readable rlplug checkpoint ({type(error).__name__})") from None
     if not isinstance(state, dict) or state.get("format") not in READABLE_FORMATS:
         raise UserError(f"{path}: not an rlplug checkpoint (format {CHECKPOINT_FORMAT} expected)")
+    if state["format"] == 1 and "digest" in state:  # only a file changed after it was written says both
+        raise UserError(f"{path}: the checkpoint names format 1, which had no digest, yet carries one: the file was "
+                        f"changed after it was written; use an earlier one from checkpoints/")
     if state["format"] == 1:
+        if not allow_unverified:
+            raise UserError(f"{path}: written before checkpoints carried a digest (format 1), so nothing can check "
+                            f"that its data is what was written; if you trust the file, load it with "
+                            f"{UNVERIFIED_FLAG}")
         warnings.warn(RlplugWarning(f"{path}: written before checkpoints carried a digest, so its data cannot "
-                                    f"be checked for corruption; it is used as it is"))
+                                    f"be checked for corruption; it is used as it is (--allow-unverified)"))
     elif state.get("digest") != digest(state):
         raise UserError(f"{path}: the checkpoint's data does not match its digest: the file was changed or "
                         f"damaged after it was written; use an earlier one from checkpoints/")
     problem = layout_problem(state)
     if problem:
         raise UserError(f"{path}: not a usable rlplug checkpoint: {problem}")
+    broken = non_finite({key: state[key] for key in ("algorithm", "env", "train_seconds")})
+    if broken:
+        raise UserError(f"{path}: its {broken} holds numbers that are not all finite (NaN or infinity), so nothing "
+                        f"can be learned or evaluated from it; use an earlier one from checkpoints/")
     return state

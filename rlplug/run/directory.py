@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 import shutil
@@ -112,3 +113,23 @@ def ensure_writable(run_dir: Path) -> None:
     existing = next(p for p in [run_dir, *run_dir.parents] if p.exists())
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         raise UserError(f"--out {run_dir}: cannot write to {existing}; choose a directory you can write to")
+
+
+def remedy(error: OSError) -> str:
+    """What to do about a failed write, by its cause: the advice a one-line message gives."""
+    if error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return "free some space"
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return "make it writable"
+    return "fix that"
+
+
+@contextlib.contextmanager
+def writing_output(option: str, path: Path, what: str):
+    """A failed write of the file a command was asked for (``-o FILE``) as one line naming that file (never its
+    temporary one) and what to do; nothing else of the user's is touched by such a command."""
+    try:
+        yield
+    except OSError as error:
+        raise UserError(f"{option} {path}: cannot write {what} there ({error.strerror or error}); "
+                        f"{remedy(error)}, or give another {option}") from None

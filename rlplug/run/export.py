@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, unravel_key
 from torch import nn
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
@@ -88,6 +88,48 @@ class TensorDictPolicy(nn.Module):
         return action.argmax(-1) if self.one_hot else action
 
 
+class Affine(nn.Module):
+    """TorchRL's ObservationNorm on one tensor, its statistics as constants: ``(x - loc) / scale`` (standard
+    normal) or ``x * scale + loc``. Its own module since the transform's branch on a tensor flag cannot be
+    exported."""
+
+    def __init__(self, norm):
+        super().__init__()
+        self.register_buffer("loc", norm.loc.detach().clone().float())
+        self.register_buffer("scale", norm.scale.detach().clone().float())
+        self.standard_normal = bool(norm.standard_normal)
+
+    def forward(self, observation: torch.Tensor) -> torch.Tensor:
+        if self.standard_normal:
+            return (observation - self.loc) / self.scale
+        return observation * self.scale + self.loc
+
+
+def transforms_normalizer(env, key: str) -> nn.Module | None:
+    """``env.transforms`` that read the policy's observation, as a module export can carry: VecNorm (its
+    statistics as they are now, as TorchRL's ObservationNorm gives them) and ObservationNorm, each writing where
+    it reads; ``UserError`` naming any other, whose change the file would leave out. None when none reads it."""
+    from torchrl.envs import Compose, ObservationNorm
+
+    steps = []
+    for index, transform in enumerate(getattr(env, "recipe_transforms", None) or ()):
+        reads = [unravel_key(k) for k in (getattr(transform, "in_keys", None) or ())]
+        if unravel_key(key) not in reads:
+            continue  # rewards, step counts: not what the policy reads
+        writes = [unravel_key(k) for k in (getattr(transform, "out_keys", None) or reads)]
+        norm = transform if isinstance(transform, ObservationNorm) else None
+        if norm is None and callable(getattr(transform, "to_observation_norm", None)):
+            norm = transform.to_observation_norm()  # VecNorm: its running statistics, frozen
+        norms = list(norm.transforms) if isinstance(norm, Compose) else [norm]
+        mine = [n for n in norms if n is not None and unravel_key(key) in [unravel_key(k) for k in n.in_keys]]
+        if writes != reads or len(mine) != 1:
+            raise UserError(f"env.transforms[{index}] ({type(transform).__name__}) changes the observation the "
+                            f"policy reads, and export carries only VecNorm and ObservationNorm (writing where "
+                            f"they read) into the file; the checkpoint still runs with rlplug.Agent.load")
+        steps.append(Affine(mine[0]))
+    return nn.Sequential(*steps) if steps else None
+
+
 class DeployedPolicy(nn.Module):
     """The observation normalisation, then the deterministic policy."""
 
@@ -134,6 +176,9 @@ def deployable(run) -> Deployable:
             raise UserError(f"the env ({run.recipe.env.title}) normalises observations but offers no "
                             f"observation_normalizer() to export it with")
         normalizer = make()
+    transformed = transforms_normalizer(env, key)
+    if transformed is not None:  # the env's own normalisation comes first: the transforms wrap the env
+        normalizer = transformed if normalizer is None else nn.Sequential(normalizer, transformed)
     try:
         view = ActorView.of(policy)
     except TypeError:
@@ -252,10 +297,11 @@ def flat_info(info: dict[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 def write_bytes(path: Path, data: bytes) -> None:
-    from rlplug.run.directory import write_atomically
+    from rlplug.run.directory import write_atomically, writing_output
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, data)
+    with writing_output("-o", path, "the exported policy"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, data)
 
 
 def export(run, path: Path, fmt: str) -> tuple[Path, Deployable]:

@@ -30,7 +30,7 @@ from rlplug.errors import UserError, WorkersLost, reported
 from rlplug.recipe import EVAL_SEED_OFFSET, Recipe, read_toml, validate
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability, checked_metrics, conform
-from rlplug.run.checkpoints import load_checkpoint, rng_state, sealed, set_rng_state, tensors_finite
+from rlplug.run.checkpoints import load_checkpoint, rng_state, sealed, set_rng_state, check_statistics, tensors_finite
 from rlplug.run.directory import Claim, ensure_writable, write_atomically
 from rlplug.run.resuming import resumed_recipe
 from rlplug.core.env_members import as_evaluation_env, close_env, env_statistics
@@ -118,8 +118,7 @@ class Run:
         checkpoints every ``run.checkpoint_every_frames`` and at the end; stops early, with a checkpoint,
         when :meth:`request_stop` is called (by a signal handler, say) or the runner's workers are lost
         (:class:`WorkersLost`, raised again saying how to go on). ``summary.json`` is written however
-        the call ends.
-        """
+        the call ends once its loggers have started (a refused resume leaves the directory as it was)."""
         recipe, settings = self.recipe, self.recipe.run
         tracker = self.collector.tracker
         stop_frames = min(settings.total_frames, self.frames + max_frames if max_frames else settings.total_frames)
@@ -137,10 +136,12 @@ class Run:
         summary: dict[str, Any] = {"status": "failed"}
         self.stop_reason = None
         allow_updates()
+        trained = False  # until every logger has started: a refusal before then leaves summary.json as it was
         try:
             for logger in recipe.loggers:  # inside the try: one that fails to start still gets the others closed
                 loggers.append(logger.build(run_dir=self.run_dir, total_frames=settings.total_frames, frames=self.frames,
                                             networks=self.networks()))
+            trained = True
             while self.frames < stop_frames and (stop_episodes is None or tracker.episodes < stop_episodes) \
                     and (stop_iters is None or self.iterations < stop_iters) and self.stop_reason is None:
                 batch = self.collector.collect()
@@ -193,7 +194,8 @@ class Run:
                 self.collector.shutdown()
             summary.update(self.summary())
             with reported(failing, "summary.json was not written"):  # on a full disk, say
-                write_atomically(self.run_dir / "summary.json", (json.dumps(summary, indent=2) + "\n").encode())
+                if trained:
+                    write_atomically(self.run_dir / "summary.json", (json.dumps(summary, indent=2) + "\n").encode())
             for logger in loggers:
                 with reported(failing, "a logger did not close cleanly"):
                     logger.close(summary)
@@ -224,13 +226,14 @@ class Run:
         self._recipe_on_disk = resolved
 
     @classmethod
-    def resume(cls, run_dir: Path, overrides: list[str] = ()) -> "Run":
+    def resume(cls, run_dir: Path, overrides: list[str] = (), *, allow_unverified: bool = False) -> "Run":
         """The run in ``run_dir``, built from its checkpoint's recipe and state, ready to train on; ``overrides``
         (``--set``) change what trained weights allow (:mod:`rlplug.run.resuming`), and :attr:`changed` names the
         keys they changed. A run killed before its first checkpoint starts over from frame 0 with its recipe."""
         checkpoint, recipe_file = run_dir / "checkpoint.pt", run_dir / "recipe.toml"
         if checkpoint.exists():
-            return cls.from_checkpoint(checkpoint, run_dir, overrides=overrides, resuming=True)[0]
+            return cls.from_checkpoint(checkpoint, run_dir, overrides=overrides, resuming=True,
+                                       allow_unverified=allow_unverified)[0]
         if not recipe_file.is_file():
             what = "no run directory" if not run_dir.is_dir() else "neither checkpoint.pt nor recipe.toml in it"
             raise UserError(f"{run_dir}: {what}; resume takes the directory of a run that started training (one "
@@ -243,7 +246,8 @@ class Run:
 
     @classmethod
     def from_checkpoint(cls, path: Path, run_dir: Path, *, changes: dict[str, Any] | None = None,
-                        overrides: list[str] = (), resuming: bool = False) -> tuple["Run", dict[str, Any]]:
+                        overrides: list[str] = (), resuming: bool = False,
+                        allow_unverified: bool = False) -> tuple["Run", dict[str, Any]]:
         """The run a checkpoint holds, built from the checkpoint's own recipe into ``run_dir`` and loaded with its
         state (the one way a run is rebuilt: ``rlplug resume``, ``rlplug eval`` and :meth:`rlplug.Agent.load`);
         ``changes`` replace top-level recipe tables' keys first (``{"eval": {"episodes": 5}}``); ``resuming``: in
@@ -252,7 +256,7 @@ class Run:
         Returns ``(run, state)``. A file that loads as tensors but does not fit its own recipe (tampered, or
         truncated by hand), or holds non-finite parameters, is refused with one line, never half-used.
         """
-        state = load_checkpoint(path)
+        state = load_checkpoint(path, allow_unverified=allow_unverified)
         data = copy.deepcopy(state["recipe"])
         for table, values in (changes or {}).items():
             current = data.get(table, {})
@@ -268,6 +272,7 @@ class Run:
         run = cls.build(recipe, run_dir, resuming=resuming)
         run.changed = changed
         try:
+            check_statistics(state["env"], run.env_statistics())
             run.load_state_dict(state)
             if not run.finite(state):
                 raise UserError("its network parameters or normalisation statistics are not all finite (NaN or "
@@ -359,15 +364,15 @@ class Run:
         checkpoint on disk is one training can go on from."""
         state = self.state_dict()
         if not self.finite(state):
-            raise TrainingDiverged(f"no checkpoint written at frame {self.frames}: the network parameters or "
-                                   f"normalisation statistics are not all finite (NaN or infinity)")
+            raise TrainingDiverged(f"no checkpoint written at frame {self.frames}: the network parameters, optimiser "
+                                   f"state or normalisation statistics are not all finite (NaN or infinity)")
         data = io.BytesIO()
         torch.save(state, data)
         return data.getvalue()
 
     def finite(self, state: dict[str, Any]) -> bool:
-        """Whether the networks' parameters and the env statistics of ``state`` (this run's) are all finite."""
-        return all_finite(self.parameter_storages()) and tensors_finite(state["env"])
+        """Whether the networks' parameters and all ``state`` (this run's: optimiser, env statistics) are finite."""
+        return all_finite(self.parameter_storages()) and tensors_finite(state)
 
     def summary(self) -> dict[str, Any]:
         returns = self.eval_returns

@@ -6,7 +6,14 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from rlplug.registry.hookspecs import hookimpl
-from rlplug.registry.schema import Range
+from rlplug.registry.schema import Check, Range
+
+#: What a run writes in its own directory (the seeds of a batched run and a tune trial's aggregate included):
+#: a logger's file may take none of these names.
+RUN_FILES = frozenset({"checkpoint.pt", "checkpoints", "summary.json", "recipe.toml", "batched.json",
+                       "aggregate.json", "wandb", "wandb-run-id", "tensorboard", "replay", "videos"})
+#: The longest file name most filesystems take, in bytes.
+LONGEST_NAME = 255
 
 
 def make_console(total_frames: int, every_seconds: Annotated[float, Range(gt=0)] = 10.0, live: bool | None = None):
@@ -16,8 +23,24 @@ def make_console(total_frames: int, every_seconds: Annotated[float, Range(gt=0)]
     return ConsoleLogger(total_frames, every_seconds=every_seconds, live=live)
 
 
-def make_csv(run_dir, frames: int = 0, filename: str = "metrics.csv"):
-    """Every metric, one row per log call, in the run directory."""
+def run_file_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a file a logger writes in the run directory, or None: a plain file name, so that
+    no recipe (a downloaded run's included) writes outside its directory or over the run's own files."""
+    if name in ("", ".", "..") or "/" in name or "\\" in name or "\0" in name:
+        return f"{name!r} is not a file name; give a plain name such as 'metrics.csv' (it is written inside the " \
+               f"run directory; no directories, no absolute paths)"
+    if name.startswith("."):
+        return f"{name!r} starts with '.', which the run's temporary files do; choose a name such as 'metrics.csv'"
+    if name.lower() in RUN_FILES or name.lower().startswith("seed-"):
+        return f"{name!r} is a file of the run itself; choose another name, such as 'metrics.csv'"
+    if len(name.encode("utf-8", "surrogatepass")) > LONGEST_NAME:
+        return f"a name of {len(name.encode('utf-8', 'surrogatepass'))} bytes is longer than a file name can be " \
+               f"({LONGEST_NAME}); choose a shorter one"
+    return None
+
+
+def make_csv(run_dir, frames: int = 0, filename: Annotated[str, Check(run_file_problem)] = "metrics.csv"):
+    """Every metric, one row per log call, in the run directory (``filename``: a plain file name there)."""
     from rlplug.plugins.loggers.builtin import CSVLogger
 
     return CSVLogger(run_dir / filename, start_frames=frames)
