@@ -43,8 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:  # a full disk, a directory gone: say what and where, no traceback
         if os.environ.get("RLPLUG_DEBUG"):
             raise
+        from rlplug.run.directory import remedy
+
         where = f"{error.filename}: " if error.filename else ""
-        print(f"rlplug: error: {where}{error.strerror or error}; checkpoints already written are kept",
+        print(f"rlplug: error: {where}{error.strerror or error}; {remedy(error)}, then run the command again",
               file=sys.stderr)
         return EXIT_USAGE
 
