@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -139,6 +140,33 @@ def test_frames_of_a_dict_observation_stack_entry_by_entry():
     assert spec["image"].shape == (2, 3, 6, 6, 1) and spec["vector"].shape == (2, 6)
     policy = cnn(env.observation_spec, env.action_spec, "policy")
     assert policy(env.reset()).get("action").shape == (2, 2)
+
+
+class DictWithSequence(gym.Env):
+    """A Dict observation with a Sequence entry: no fixed number of features to pack."""
+
+    def __init__(self):
+        spaces = gym.spaces
+        self.observation_space = spaces.Dict({"vector": spaces.Box(-1.0, 1.0, (2,), np.float32),
+                                              "items": spaces.Sequence(spaces.Discrete(3))})
+        self.action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return {"vector": np.zeros(2, np.float32), "items": (0, 1)}, {}
+
+    def step(self, action):
+        return {"vector": np.zeros(2, np.float32), "items": (2,)}, 0.0, False, False, {}
+
+
+def test_a_dict_entry_of_no_fixed_size_is_one_line_naming_its_space():
+    # flatten_space hands a Sequence back as a Sequence: it once failed with an AttributeError on its bounds
+    gym.register("RlplugTest/DictWithSequence-v0", DictWithSequence)
+    try:
+        with pytest.raises(rlplug.UserError, match="entry of type Sequence cannot be flattened"):
+            rlplug.make("env", "gym", id="RlplugTest/DictWithSequence-v0")
+    finally:
+        del gym.registry["RlplugTest/DictWithSequence-v0"]
 
 
 def test_shared_body_shares_the_convolutions(tmp_path):

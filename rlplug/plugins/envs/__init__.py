@@ -141,6 +141,9 @@ def indices_problem(indices: list[int]) -> str | None:
     return None
 
 
+#: the recipe's gymnasium wrappers, each checked against its class's signature
+Wrappers = list[Annotated[Wrapper, Check(wrapper_arguments_problem)]]
+
 #: More copies than this, stepped in one process, earn a warning: a minute of silence otherwise.
 MANY_ENVS = 1024
 
@@ -152,7 +155,7 @@ def make_gym(
     num_envs: Annotated[int, Range(ge=1)] = 1,
     max_episode_steps: Annotated[int, Range(ge=1)] | None = None,
     kwargs: dict[str, Any] | None = None,
-    wrappers: list[Annotated[Wrapper, Check(wrapper_arguments_problem)]] = (),
+    wrappers: Wrappers = (),  # type: ignore[assignment]  # the schema makes defaults lists
     flatten_observations: bool = False,
     frame_stack: Annotated[int, Range(ge=1)] = 1,
     observation_indices: Annotated[list[Annotated[int, Range(ge=0)]], Check(indices_problem)] | None = None,

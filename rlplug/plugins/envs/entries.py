@@ -50,6 +50,9 @@ def as_box(space: gym.Space) -> gym.spaces.Box:
         dtype = np.float32 if space.dtype == np.float64 else space.dtype
         return gym.spaces.Box(space.low.astype(dtype), space.high.astype(dtype), dtype=dtype)
     flat = gym.spaces.flatten_space(space)
+    if not isinstance(flat, gym.spaces.Box):  # a Sequence or Graph entry, whose size varies
+        raise UserError(f"a Dict observation entry of type {type(space).__name__} cannot be flattened into "
+                        f"features of a fixed size", path="env")
     return gym.spaces.Box(flat.low.astype(np.float32), flat.high.astype(np.float32), dtype=np.float32)
 
 
@@ -58,7 +61,7 @@ class BoxEntries(gym.ObservationWrapper):
 
     def __init__(self, env: gym.Env):
         super().__init__(env)
-        self.sources = dict(env.observation_space.spaces)
+        self.sources = dict(env.observation_space.spaces)  # type: ignore[attr-defined]  # a Dict: pack_entries checks
         self.observation_space = gym.spaces.Dict({name: as_box(space) for name, space in self.sources.items()})
 
     def observation(self, observation):
@@ -76,7 +79,7 @@ class PackEntries(gym.ObservationWrapper):
     def __init__(self, env: gym.Env, stacked: int = 1):
         super().__init__(env)
         entries = []
-        for name, space in env.observation_space.spaces.items():
+        for name, space in env.observation_space.spaces.items():  # type: ignore[attr-defined]  # Dict by construction
             shape = tuple(space.shape)
             if stacked > 1 and len(shape) == 2:
                 shape = (shape[0] * shape[1],)
@@ -94,6 +97,8 @@ class PackEntries(gym.ObservationWrapper):
 def pack_entries(env: gym.Env, env_id: str, frame_stack: int, indices: Sequence[int] | None) -> gym.Env:
     """The sub-env's Dict observation packed (:class:`PackEntries`), frames stacked entry by entry first."""
     space = env.observation_space
+    if not isinstance(space, gym.spaces.Dict):
+        raise TypeError(f"packs the entries of a Dict observation, got {space}")
     if indices is not None:
         raise UserError(f"selects entries of a one-dimensional observation, and {env_id}'s is a Dict (keys "
                         f"{', '.join(map(str, space.spaces))}); set flatten_observations = true",
@@ -104,7 +109,7 @@ def pack_entries(env: gym.Env, env_id: str, frame_stack: int, indices: Sequence[
     return PackEntries(env, stacked=frame_stack)
 
 
-def packed_entries(vector_env: gym.vector.VectorEnv) -> tuple[Entry, ...] | None:
+def packed_entries(vector_env: gym.vector.SyncVectorEnv | gym.vector.AsyncVectorEnv) -> tuple[Entry, ...] | None:
     """The entries a vector env's sub-envs pack, or None where they observe one array."""
     if not all(vector_env.call("has_wrapper_attr", ENTRIES)):
         return None

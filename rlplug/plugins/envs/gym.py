@@ -69,11 +69,12 @@ class VectorGymEnv(GymWrapper):
         self.stage = vector_env
         super().__init__(vector_env, **kwargs)
         space = vector_env.single_action_space
-        self._discrete = isinstance(space, gym.spaces.Discrete)
-        self._one_hot = self._discrete and self.action_spec.shape[-1:] == (space.n,) and space.n > 1 \
+        discrete = space if isinstance(space, gym.spaces.Discrete) else None
+        self._discrete = discrete is not None
+        self._one_hot = discrete is not None and self.action_spec.shape[-1:] == (discrete.n,) and discrete.n > 1 \
             and type(self.action_spec).__name__ == "OneHot"
         #: what gymnasium's Discrete space adds to an index (TorchRL's spec counts from 0)
-        self.action_start = int(space.start) if self._discrete else 0
+        self.action_start = int(discrete.start) if discrete is not None else 0
         obs_key = "observation" if "observation" in self.observation_spec.keys() else None
         self.supports_tensor_steps = obs_key is not None and (self._discrete or isinstance(space, gym.spaces.Box))
         obs_dtype = self.observation_spec[obs_key].dtype if obs_key else torch.float32
@@ -197,6 +198,8 @@ class SelectObservation(gym.ObservationWrapper):
         super().__init__(env)
         self.indices = np.asarray(indices, dtype=np.int64)
         space = env.observation_space
+        if not isinstance(space, gym.spaces.Box):
+            raise TypeError(f"selects entries of a Box observation, got {space}")
         self.observation_space = gym.spaces.Box(space.low[self.indices], space.high[self.indices],
                                                 dtype=space.dtype)
 
@@ -225,7 +228,7 @@ class ChannelsFirst(gym.ObservationWrapper):
 def _select(env: gym.Env, env_id: str, indices: Sequence[int]) -> gym.Env:
     """:class:`SelectObservation`, or ``UserError`` naming ``env.observation_indices``."""
     space = env.observation_space
-    if len(space.shape) != 1:
+    if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
         raise UserError(f"selects entries of a one-dimensional observation, and {env_id}'s is a "
                         f"{space_name(space)}; set flatten_observations = true", path="env.observation_indices")
     size = space.shape[0]
@@ -267,7 +270,7 @@ def _shape_observations(env_id: str, flatten: bool, frame_stack: int,
         if indices is not None:
             env = _select(env, env_id, indices)
         if frame_stack > 1:
-            flat = len(env.observation_space.shape) == 1
+            flat = len(env.observation_space.shape or ()) == 1
             env = gym.wrappers.FrameStackObservation(env, frame_stack)
             if flat:  # k vectors of n become one vector of k * n, oldest first: what an MLP reads
                 env = gym.wrappers.FlattenObservation(env)
@@ -341,6 +344,8 @@ def make_gym_vector_env(env_id: str, *, num_envs: int, max_episode_steps: int | 
                             f"flatten_observations = true", path=f"env.{key}")
         space = vector_env.single_observation_space
         if normalize_observations == "fixed":
+            if not isinstance(space, gym.spaces.Box):  # every copy's observation is one Box after shaping
+                raise TypeError(f"'fixed' rescales a Box observation, got {space}")
             infinite = np.flatnonzero(~(np.isfinite(space.low) & np.isfinite(space.high)).reshape(-1))
             if infinite.size:
                 shown = ", ".join(map(str, infinite[:8])) + (", ..." if infinite.size > 8 else "")

@@ -128,7 +128,7 @@ games and rewards the env's own.
                     ([f"unexpected {', '.join(unexpected)}"] if unexpected else [])
             raise UserError(f"the env statistics do not fit this env ({'; '.join(parts)}); were they saved "
                             "with the same normalize_observations and normalize_rewards?")
-        loaded = {}
+        loaded: dict[str, Any] = {}
         for key, current in expected.items():
             value = state[key]
             if key.endswith("_count"):
@@ -223,15 +223,22 @@ games and rewards the env's own.
         if not self.transforms_observations:
             return None
         if self.observations == "running":
-            center, divisor = self.obs_rms.mean, np.sqrt(self.obs_rms.var + self.epsilon)
+            rms = self._running_statistics()
+            center, divisor = rms.mean, np.sqrt(rms.var + self.epsilon)
             return ObservationTransform(center, divisor=divisor, clip=self.clip)
         if self.observations == "fixed":
             return ObservationTransform(self._center, multiplier=self._inverse_half_span, clip=self.clip)
         return ObservationTransform(clip=self.clip)
 
+    def _running_statistics(self) -> RunningMeanStd:
+        if self.obs_rms is None:
+            raise RuntimeError("observations = 'running' without running statistics")
+        return self.obs_rms
+
     def _transform(self, observation: np.ndarray) -> np.ndarray:
         if self.observations == "running":
-            observation = (observation - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + self.epsilon)
+            rms = self._running_statistics()
+            observation = (observation - rms.mean) / np.sqrt(rms.var + self.epsilon)
         elif self.observations == "fixed":
             observation = (observation - self._center) * self._inverse_half_span
         if self.clip is not None:
@@ -243,6 +250,10 @@ class ObservationTransform(torch.nn.Module):
     """``(x - center) / divisor`` or ``(x - center) * multiplier``, then clipped to ``[-clip, clip]``: the
     observation transform of :class:`VectorStage` with its statistics frozen into buffers. Computed in float64
     as the stage computes it in numpy, so an exported policy sees the very observations training saw."""
+
+    center: torch.Tensor | None
+    divisor: torch.Tensor | None
+    multiplier: torch.Tensor | None
 
     def __init__(self, center: np.ndarray | None = None, *, divisor: np.ndarray | None = None,
                  multiplier: np.ndarray | None = None, clip: float | None = None):

@@ -158,7 +158,8 @@ def exit_description(code: int) -> str:
     return f"exit status {code}"
 
 
-def vector_env(make_copy: CopyMaker, num_envs: int, vectorization: str, **kwargs: Any) -> gym.vector.VectorEnv:
+def vector_env(make_copy: CopyMaker, num_envs: int, vectorization: str,
+               **kwargs: Any) -> gym.vector.SyncVectorEnv | gym.vector.AsyncVectorEnv:
     """``num_envs`` copies from ``make_copy``, stepped in this process or in as many worker processes."""
     if vectorization not in VECTORIZATIONS:
         raise UserError(f"must be one of {', '.join(map(repr, VECTORIZATIONS))}, got {vectorization!r}",

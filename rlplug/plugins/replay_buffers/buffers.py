@@ -116,6 +116,7 @@ class ReplayBuffer:
         self.capacity = int(capacity)
         self.device = torch.device(device)
         self.storage_kind = storage
+        self.path: Path | None
         if storage == "memory":
             self.storage_device = self.device
             self.path = None
@@ -201,6 +202,17 @@ class ReplayBuffer:
         else:
             self._hold(torch.empty_like(rows))
 
+    def _stored(self) -> TensorDictBase:
+        """The ring, which exists once anything was written (or loaded)."""
+        if self._ring is None:
+            raise RuntimeError("the replay buffer has no storage: nothing was written to it or loaded into it")
+        return self._ring
+
+    def _memmap_path(self) -> Path:
+        if self.path is None:
+            raise RuntimeError(f"a {self.storage_kind} replay buffer has no directory of files")
+        return self.path
+
     def _hold(self, ring: TensorDictBase) -> None:
         self._ring = ring
         self._columns = {key: ring.get(key) for key in ring.keys(include_nested=True, leaves_only=True)}
@@ -231,7 +243,7 @@ class ReplayBuffer:
             # buffer's generator. The sampler indexes the episodes of the storage it reads and keeps that index
             # while it reads the same one: rebuilt after every write, kept between writes. compilable: plain
             # counters instead of shared-memory ones, which are slow to create (the view is never shared).
-            stored = TensorStorage(self._ring[:len(self)], device=self.storage_device, compilable=True)
+            stored = TensorStorage(self._stored()[:len(self)], device=self.storage_device, compilable=True)
             self._sequences = (self._write_count, TorchRLReplayBuffer(
                 storage=stored, sampler=self._slices, writer=ImmutableDatasetWriter(), generator=self.generator))
         try:
@@ -275,7 +287,7 @@ class ReplayBuffer:
             "sampler": self._sampler_state(),
         }
         if self.storage_kind == "memory":
-            state["data"] = self._ring[:n].to_dict() if n else {}
+            state["data"] = self._stored()[:n].to_dict() if n else {}
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -290,14 +302,15 @@ class ReplayBuffer:
         if n and self.storage_kind == "memory":
             data = TensorDict(state["data"], batch_size=[n]).to(self.storage_device)
             self._allocate(data[0])
-            self._ring[:n] = data
+            self._stored()[:n] = data
         elif n:
-            if not (self.path / "meta.json").exists():
-                raise UserError(f"the replay buffer's files are missing from {self.path}: a run with memmap storage "
+            path = self._memmap_path()
+            if not (path / "meta.json").exists():
+                raise UserError(f"the replay buffer's files are missing from {path}: a run with memmap storage "
                                 f"resumes only where its run directory still holds them")
-            ring = TensorDict.load_memmap(self.path)
+            ring = TensorDict.load_memmap(path)
             if ring.batch_size[:1] != torch.Size([self.capacity]):
-                raise UserError(f"the replay buffer's files in {self.path} hold {ring.batch_size[0]} transitions, "
+                raise UserError(f"the replay buffer's files in {path} hold {ring.batch_size[0]} transitions, "
                                 f"not the capacity {self.capacity} of this run's buffer")
             self._hold(ring)
         self._cursor = cursor

@@ -22,5 +22,6 @@ class LocalRunner:
     """Collect in the training process: the env and the policy the learner trains, one after the other."""
 
     def collector(self, env, policy, frames_per_batch: int, seed: int, recipe=None, **_context) -> LocalCollector:
-        return LocalCollector(env, policy, frames_per_batch, seed,
-                              **({"name": env_label(recipe.env)} if recipe is not None else {}))
+        if recipe is None:
+            return LocalCollector(env, policy, frames_per_batch, seed)
+        return LocalCollector(env, policy, frames_per_batch, seed, name=env_label(recipe.env))

@@ -100,7 +100,7 @@ def make_observation_norm(
     loc: float | list[float],
     #: the factor: one number, or one per entry (not 0)
     scale: Annotated[float | list[float], Check(zero_factor)],
-    in_keys: Keys = ("observation",),
+    in_keys: Keys = ("observation",),  # type: ignore[assignment]  # the schema makes defaults lists
     out_keys: Keys | None = None,
     #: (x - loc) / scale instead of x * scale + loc
     standard_normal: bool = False,
@@ -117,7 +117,7 @@ def make_observation_norm(
 
 def make_vec_norm(
     #: the entries to normalise (observations and/or the reward)
-    in_keys: Keys = ("observation",),
+    in_keys: Keys = ("observation",),  # type: ignore[assignment]  # the schema makes defaults lists
     out_keys: Keys | None = None,
     #: the statistics' memory: 1 weighs every sample alike, lower values favour recent ones
     decay: Annotated[float, Range(gt=0.0, le=1.0)] = 0.9999,
@@ -139,7 +139,7 @@ def make_cat_frames(
     N: Annotated[int, Range(ge=1)],
     #: the axis they are concatenated along (negative: counted from the end)
     dim: Annotated[int, Range(lt=0)] = -1,
-    in_keys: Keys = ("observation",),
+    in_keys: Keys = ("observation",),  # type: ignore[assignment]  # the schema makes defaults lists
     out_keys: Keys | None = None,
     #: what precedes an episode's first frame: copies of it ('same') or padding_value ('constant')
     padding: Literal["same", "constant"] = "same",

@@ -21,7 +21,7 @@ def ray_module():
     return ray
 
 
-def lost_errors() -> tuple[type[BaseException], ...]:
+def lost_errors() -> tuple[type[Exception], ...]:
     """What a call to a worker raises when the worker or its node is gone (restarting, dead, or its node lost
     with the rollout it had stored there)."""
     exceptions = ray_module().exceptions

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 import time
 import warnings
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -19,6 +21,9 @@ from rlplug.plugins.runners.ray.worker import (WORKER_KEY, EnvMaker, standalone_
                                               worker_collector_class)
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability
+
+if TYPE_CHECKING:
+    from torchrl.collectors.distributed import RayCollector
 
 #: How long a lost worker has to come back (Ray restarting it wherever there is room) before the run stops.
 RESTART_TIMEOUT = 300.0
@@ -78,8 +83,8 @@ class RayCollection:
         self.worker_seconds = 0.0
         self.collections = 0
         self.started_ray = False
-        self.ray_collector = None
-        self.iterator = None
+        self.ray_collector: RayCollector | None = None
+        self.iterator: Iterator[TensorDictBase] | None = None
         self.statistics_state: dict | None = None
         self.env_has_statistics = False
         self.start()
@@ -168,7 +173,7 @@ class RayCollection:
         if self.gradients:
             return self._collect_for_gradients()
         if self.iterator is None:
-            self.iterator = self.ray_collector.iterator()
+            self.iterator = self.started_collector().iterator()
         started = time.perf_counter()
         recollected = 0
         while True:
@@ -186,9 +191,15 @@ class RayCollection:
             recollected += 1
             # A restarted worker collected with the weights it was first built with (or missed the last push
             # while it restarted): on-policy learners get the batch again, every worker with the current weights.
-            self.ray_collector.update_policy_weights_()
+            self.started_collector().update_policy_weights_()
         self.wait_seconds += time.perf_counter() - started
         return self.received(batch, info)
+
+    def started_collector(self) -> RayCollector:
+        """TorchRL's collector over the workers, which exists from :meth:`start` to :meth:`shutdown`."""
+        if self.ray_collector is None:
+            raise RuntimeError("the Ray workers are not running: the collection was shut down or never started")
+        return self.ray_collector
 
     def worker_died(self, error: Exception) -> None:
         """A worker died during its rollout (its process or its whole node): Ray restarts it (up to
@@ -197,7 +208,7 @@ class RayCollection:
         self.failures += 1
         self.wait_for_workers(error)
         if self.iterator is not None:
-            self.iterator = self.ray_collector.iterator()
+            self.iterator = self.started_collector().iterator()
 
     def wait_for_workers(self, cause: Exception, timeout: float = RESTART_TIMEOUT) -> None:
         """Until every worker answers. A worker Ray will not restart again (``max_restarts`` used up) or that
@@ -205,7 +216,7 @@ class RayCollection:
         :class:`WorkersLost`, once the surviving workers' env statistics are kept for the checkpoint."""
         ray = ray_module()
         deadline = time.monotonic() + timeout
-        for index, actor in enumerate(self.ray_collector.remote_collectors):
+        for index, actor in enumerate(self.started_collector().remote_collectors):
             while True:
                 try:
                     ray.get(actor.__ray_ready__.remote(), timeout=max(1.0, deadline - time.monotonic()))
@@ -334,12 +345,13 @@ class RayCollection:
         started = time.perf_counter()
         weights = ray_module().put(algorithm.get_weights())
         try:
-            parts = self.ray_collector.map_fn("prepare", [(weights, self.version, progress)] * self.runner.workers)
+            parts = self.started_collector().map_fn("prepare",
+                                                    [(weights, self.version, progress)] * self.runner.workers)
         except lost_errors() as error:
             self.worker_died(error)
             return self._collect_for_gradients()
         self.wait_seconds += time.perf_counter() - started
-        batch = torch.cat(parts, 0)
+        batch: TensorDictBase = torch.cat(parts, 0)  # dispatched to TensorDict's cat
         info = batch.pop(WORKER_KEY)
         self.note_workers(info)
         self.explained_variance = float(batch.pop("explained_variance")[:, 0].double().mean())

@@ -15,7 +15,7 @@ from tensordict import TensorDict, TensorDictBase
 
 from rlplug.core.training import NonFiniteError
 from rlplug.core.transformed import env_rewards
-from rlplug.plugins.algorithms.onpolicy.base import OnPolicy
+from rlplug.plugins.algorithms.onpolicy.base import OnPolicy, Prepared
 from rlplug.plugins.runners.ray.cluster import lost_errors, ray_module
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability
@@ -60,15 +60,15 @@ class GradientWorker:
 
     def __init__(self, algorithm: OnPolicy, workers: int):
         self.algorithm, self.workers = algorithm, workers
-        self.prepared = None
+        self.prepared: Prepared | None = None
 
     def prepare(self, batch: TensorDictBase, progress: float) -> TensorDictBase:
         """Estimates for ``batch`` with the current weights; what the driver needs to track it (rewards, dones,
         this worker's explained variance) is returned."""
         algorithm = self.algorithm
         algorithm.before_update(progress)
-        self.prepared = algorithm.prepare(batch, worker_minibatch(algorithm, self.workers))
-        variance = self.prepared.explained_variance
+        prepared = self.prepared = algorithm.prepare(batch, worker_minibatch(algorithm, self.workers))
+        variance = prepared.explained_variance
         return TensorDict({"next": {"reward": env_rewards(batch), "done": batch.get(("next", "done"))},
                            "explained_variance": torch.full(batch.batch_size, math.nan if variance is None else variance,
                                                             dtype=torch.float64)},
@@ -76,8 +76,11 @@ class GradientWorker:
 
     def step(self, step: int) -> TensorDictBase:
         """The gradient of minibatch ``step`` (counting over all epochs) with the current weights."""
-        epoch, index = divmod(step, self.prepared.steps)
-        grads, losses = self.algorithm.compute_gradients(self.prepared.minibatch(index),
+        prepared = self.prepared
+        if prepared is None:
+            raise RuntimeError("a gradient step before prepare(): this worker holds no rollout")
+        epoch, index = divmod(step, prepared.steps)
+        grads, losses = self.algorithm.compute_gradients(prepared.minibatch(index),
                                                          diagnostics=epoch == self.algorithm.config.epochs - 1)
         return TensorDict({"grads": {str(i): g for i, g in enumerate(grads)},
                            "losses": {k: v.reshape(()).double() for k, v in losses.items()}}, []).consolidate()

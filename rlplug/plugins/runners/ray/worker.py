@@ -9,7 +9,7 @@ import os
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -18,6 +18,9 @@ from rlplug.core.collect import Collector
 from rlplug.core.env_members import env_statistics
 from rlplug.core.envs import build_env
 from rlplug.core.process import prepare_process, seed_everything
+
+if TYPE_CHECKING:
+    from rlplug.plugins.runners.ray.gradients import GradientWorker
 
 #: The key under which a worker's rollout carries its bookkeeping (popped before the learner sees the batch).
 WORKER_KEY = "rlplug_worker"
@@ -150,7 +153,7 @@ def _worker_collector():
             seed_everything(seed)
             make_env = create_env_fn[0] if isinstance(create_env_fn, (list, tuple)) else create_env_fn
             self.env = make_env() if callable(make_env) else make_env
-            self.learner = learner.build(self.env) if learner is not None else None
+            self.learner: GradientWorker | None = learner.build(self.env) if learner is not None else None
             self.policy = self.learner.algorithm.policy if self.learner is not None else policy
             self.weights = TensorDict.from_module(self.policy).data
             self.inner = Collector(self.env, self.policy, frames_per_batch, seed)
@@ -227,17 +230,25 @@ def _worker_collector():
             """Collect a rollout with ``weights`` and keep it, estimates made, for :meth:`gradients`; hand back
             what the driver tracks (rewards and dones)."""
             started = time.perf_counter()
-            self.learner.algorithm.set_weights(weights)
+            learner = self.gradient_learner()
+            learner.algorithm.set_weights(weights)
             self.version = version
             batch = self.inner.collect()
             seconds = time.perf_counter() - started
-            tracking = self.learner.prepare(batch, progress)
+            tracking = learner.prepare(batch, progress)
             self.stamp(tracking, seconds)
             return tracking.consolidate()
 
         def gradients(self, step: int, weights) -> TensorDictBase:
-            self.learner.algorithm.set_weights(weights)
-            return self.learner.step(step)
+            learner = self.gradient_learner()
+            learner.algorithm.set_weights(weights)
+            return learner.step(step)
+
+        def gradient_learner(self) -> GradientWorker:
+            if self.learner is None:
+                raise RuntimeError("a gradient-mode call to a worker built without a learner (runner.mode = "
+                                   "'experience')")
+            return self.learner
 
     _WORKER_CLASS = WorkerCollector
     return WorkerCollector
