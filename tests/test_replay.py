@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 from tensordict import TensorDict
 
 import rlplug
-from rlplug.plugins.replay_buffers.buffers import PrioritizedReplayBuffer, ReplayBuffer
+from rlplug.plugins.replay_buffers.buffers import ReplayBuffer
+from rlplug.plugins.replay_buffers.prioritized import PrioritizedReplayBuffer
 
 SETTINGS = settings(max_examples=40, deadline=None)
 

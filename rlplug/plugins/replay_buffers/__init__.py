@@ -62,7 +62,7 @@ def make_prioritized(
     Samples carry ``index`` and ``weight``; the algorithm gives new priorities (``|td_error|``) with
     ``update_priority(index, priority)``. Sampling costs O(capacity) (a cumulative sum in plain torch).
     """
-    from rlplug.plugins.replay_buffers.buffers import PrioritizedReplayBuffer
+    from rlplug.plugins.replay_buffers.prioritized import PrioritizedReplayBuffer
 
     return PrioritizedReplayBuffer(capacity, alpha=alpha, beta=beta, beta_final=beta_final, eps=eps,
                                    total_frames=total_frames, storage=storage, run_dir=run_dir, device=device,
@@ -73,7 +73,7 @@ def _transition_bytes(observation_spec, action_spec) -> int:
     """What one transition takes, where the env's specs are given (an algorithm builds the buffer with them)."""
     if observation_spec is None or action_spec is None:
         return 0
-    from rlplug.plugins.replay_buffers.buffers import transition_bytes
+    from rlplug.plugins.replay_buffers.sizing import transition_bytes
 
     return transition_bytes(observation_spec, action_spec)
 
