@@ -12,6 +12,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 from rlplug.registry.components import Algorithm, Env, Logger, Runner
@@ -115,15 +116,20 @@ class EvalSettings:
     video: bool = False
 
 
+def default_loggers() -> list[Any]:
+    """The loggers a recipe without ``[[loggers]]`` gets, as recipe tables: validation makes them components."""
+    return [{"use": "console"}, {"use": "csv"}]
+
+
 @dataclass(frozen=True)
 class Recipe:
     env: Env
     algorithm: Algorithm
     run: RunSettings = RunSettings()
     eval: EvalSettings = EvalSettings()
-    loggers: list[Logger] = field(default_factory=lambda: [{"use": "console"}, {"use": "csv"}])
+    loggers: list[Logger] = field(default_factory=default_loggers)
     #: where experience is collected: "local" (this process) or "ray" (workers; [runner] use = "ray")
-    runner: Runner = "local"
+    runner: Runner = "local"  # type: ignore[assignment]  # a name, made a component on validation
     provenance: dict[str, Any] | None = None
 
     def resolved(self) -> dict[str, Any]:
@@ -160,7 +166,7 @@ def _without_none(value: Any) -> Any:
     return value
 
 
-def load(path: str | Path, overrides: list[str] = ()) -> Recipe:
+def load(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
     """Read, override and validate a recipe; every problem is a :class:`UserError` naming file and key."""
     path = Path(path)
     data = read_toml(path)
@@ -172,7 +178,7 @@ def load(path: str | Path, overrides: list[str] = ()) -> Recipe:
         raise with_switch_hint(error, overrides) from None
 
 
-def with_switch_hint(error: UserError, overrides: list[str]) -> UserError:
+def with_switch_hint(error: UserError, overrides: Sequence[str]) -> UserError:
     """``error``, with what to do added when it is a key the file wrote for the component an override of
     ``TABLE.use`` replaced (``--set runner.use=local`` on a recipe whose ``[runner]`` has Ray's keys)."""
     for override in overrides:

@@ -214,3 +214,13 @@ def test_dqn_acts_on_the_array_road_with_its_tensordict_policys_actions(tmp_path
     action = batch.get("action")
     assert action.shape == (2, 8, 2) and torch.equal(action.sum(-1), torch.ones(2, 8, dtype=action.dtype))
     run.close()
+
+
+def test_a_run_holding_no_claim_closes(tmp_path):
+    """``Run.claim`` may be None (its default, for a Run made by hand): closing such a run closes its envs and
+    does not fail on the missing claim."""
+    run = build(tmp_path)
+    assert run.claim is not None
+    run.claim.release()
+    run.claim = None
+    run.close()

@@ -283,3 +283,19 @@ def test_cli_dqn_learns_from_an_image_and_a_vector_together(tmp_path, install):
         q_network = {use = "cnn"}
     """, num_envs=4)
     assert summary["eval_return_mean"] >= 7.0, summary  # perfect 8; the image alone or the vector alone: 4
+
+
+def test_an_env_with_no_readable_entry_is_refused_naming_each_entry():
+    from rlplug.core.observations import chosen_entries
+    from rlplug.errors import UserError
+
+    spec = Composite(count=Bounded(0, 5, shape=(2,), dtype=torch.int64),
+                     flag=Bounded(0, 1, shape=(1,), dtype=torch.bool))
+    with pytest.raises(UserError) as raised:
+        chosen_entries(spec, None)
+    assert "no observation entry of this env is one networks can read: entry 'count' holds int64 values of " \
+           "shape [2]" in str(raised.value)
+    assert "; entry 'flag' holds bool values of shape [1]" in str(raised.value)
+    readable = Composite(count=Bounded(0, 5, shape=(2,), dtype=torch.int64),
+                         position=Bounded(-1.0, 1.0, shape=(3,), dtype=torch.float32))
+    assert chosen_entries(readable, None) == ["position"]

@@ -69,6 +69,15 @@ def test_a_non_finite_gradient_norm_touches_no_parameter():
     assert torch.equal(flat.flat.detach(), before)
 
 
+def test_parameters_flattened_without_gradients_refuse_a_step_in_one_line():
+    """``trained=False`` (target networks) gives no gradient: zeroing or clipping one is a clear error."""
+    modules = networks(0)
+    flat = FlatParameters(list(modules[0].parameters()), trained=False)
+    assert flat.flat.grad is None and not flat.grads
+    with pytest.raises(RuntimeError, match="without gradients"):
+        flat.zero_grad()
+
+
 @settings(max_examples=30, deadline=None)
 @given(sizes=st.lists(st.integers(1, 6), min_size=1, max_size=5), flat=st.booleans(), poisoned=st.integers(0, 4),
        poison=st.sampled_from([float("nan"), float("inf"), -float("inf")]))

@@ -118,7 +118,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                   f"max {returns.max():.6g}")
             shown = " ".join(f"{r:.6g}" for r in returns[:LISTED_RETURNS])
             print(f"returns: {shown}{' ...' if len(returns) > LISTED_RETURNS else ''}", flush=True)
-            if video_env is not None:
+            if video_env is not None and video is not None:
                 frames, video_returns = record_video(video_env, run.algorithm.policy, video, env_id=what,
                                                      episodes=args.video_episodes, seed=seed)
                 many = "s" * (len(video_returns) != 1)

@@ -229,7 +229,7 @@ def report(study, study_spec) -> None:
     from rlplug.run.tune_files import write_best, write_plots, write_trials_csv
 
     out = study_spec.out
-    states = {}
+    states: dict[str, int] = {}
     for trial in study.trials:
         states[trial.state.name.lower()] = states.get(trial.state.name.lower(), 0) + 1
     with writing(out, out / "trials.csv"):

@@ -110,7 +110,9 @@ class Collector:
         #: where array-road batches go once built (None: they stay on the CPU, where numpy made them)
         self.batch_device = env.device if env.device is not None and torch.device(env.device).type != "cpu" else None
         self.tracker = EpisodeTracker(self.envs)
-        self.state: TensorDictBase | torch.Tensor | None = None
+        #: where the envs go on from: a TensorDict on the TensorDict road, the observations' numpy array on the
+        #: array road; None: reset at the next collection
+        self.state: TensorDictBase | np.ndarray | None = None
 
     def restart(self, seed: int) -> None:
         """Every env starts a new episode from ``seed`` at the next collection (where a checkpoint is taken,
@@ -153,22 +155,26 @@ class Collector:
                 raise
             except Exception as error:
                 raise self.failure(error, "in a reset") from error
+        if isinstance(self.state, np.ndarray):
+            raise RuntimeError("the collector's state is the array road's: the TensorDict road cannot go on from it")
+        state: TensorDictBase = self.state
         steps = []
         for t in range(self.steps):
             try:
-                acted = self.policy(self.state)
+                acted = self.policy(state)
             except Exception:  # the policy's input may be what failed: say so where it is the env's
-                self.check_observation(self.state.get("observation", None), f"before step {t} of a batch")
+                self.check_observation(state.get("observation", None), f"before step {t} of a batch")
                 raise
             try:
-                step, self.state = self.env.step_and_maybe_reset(acted)
+                step, state = self.env.step_and_maybe_reset(acted)
             except UserError:
                 raise
             except Exception as error:
                 raise self.failure(error, f"in step {t} of a batch") from error
+            self.state = state
             steps.append(step)
         try:
-            batch = torch.stack(steps, dim=self.time_dim)
+            batch: TensorDictBase = torch.stack(steps, dim=self.time_dim)  # TensorDicts stack into a TensorDict
         except (RuntimeError, ValueError) as error:  # steps of different shapes: the env changed what it gives
             raise self.failure(error, "to give steps of one shape") from error
         self.check_observation(batch.get(("next", "observation"), None), "in a batch", batch=True)
@@ -177,6 +183,8 @@ class Collector:
     def _collect_arrays(self) -> TensorDictBase:
         """The array road: numpy buffers filled step by step, turned into tensors once per batch."""
         actor, env, steps, envs = self.array_actor, self.env, self.steps, self.envs
+        if actor is None or self.step_arrays is None:
+            raise RuntimeError("the array road needs an array actor and the env's step_arrays")
         act, step = actor.act, self.step_arrays
         if self.state is None:
             try:

@@ -111,7 +111,8 @@ class ImageEncoder(nn.Sequential):
             for layer in convolutions.modules():
                 if isinstance(layer, nn.Conv2d):
                     nn.init.orthogonal_(layer.weight, HIDDEN_GAIN)
-                    nn.init.zeros_(layer.bias)
+                    if layer.bias is not None:
+                        nn.init.zeros_(layer.bias)
         super().__init__(ImageInput(image), convolutions)
         self.out_features = architecture.channels[-1] * height * width
 
@@ -125,7 +126,7 @@ class EntriesEncoder(nn.Module):
         self.image_names = list(images)
         self.encoders = nn.ModuleList(images.values())
         self.vectors = [(name, len(shape)) for name, shape in vectors.items()]  # dims: 0 a scalar, 1 a vector
-        self.out_features = sum(encoder.out_features for encoder in self.encoders) + sum(
+        self.out_features = sum(encoder.out_features for encoder in images.values()) + sum(
             math.prod(shape) for shape in vectors.values())
 
     def forward(self, observation: TensorDictBase) -> torch.Tensor:

@@ -150,10 +150,11 @@ def chosen_entries(spec: Composite, in_keys: Sequence[str] | None) -> list | Non
     if in_keys is None:
         if OBSERVATION in spec.keys():  # a tensor, or a TensorDict of named entries (a Dict observation)
             return None
-        readable = [key for key in leaves if entry_problem(key, spec[key], spec.ndim) is None]
+        problems = [entry_problem(key, spec[key], spec.ndim) for key in leaves]
+        readable = [key for key, problem in zip(leaves, problems) if problem is None]
         if not readable:
-            problems = "; ".join(entry_problem(key, spec[key], spec.ndim) for key in leaves) or "it has none"
-            raise UserError(f"no observation entry of this env is one networks can read: {problems}; or choose "
+            listed = "; ".join(problem for problem in problems if problem is not None) or "it has none"
+            raise UserError(f"no observation entry of this env is one networks can read: {listed}; or choose "
                             f"the entries with in_keys", path="env")
         return readable
     if not in_keys:

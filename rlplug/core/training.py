@@ -6,6 +6,8 @@ import functools
 import math
 import operator
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -46,7 +48,7 @@ def scheduled_lr(lr: float, schedule: str, progress: float) -> float:
 #: Optimisers by recipe name, with the defaults rlplug uses unless ``optimizer_kwargs`` says otherwise:
 #: ``eps=1e-5`` for Adam as in Stable-Baselines3 and CleanRL, RMSprop as in SB3's A2C; the fused kernels
 #: update every parameter in one call (the per-tensor loop costs more than the arithmetic for small networks).
-OPTIMIZERS = {
+OPTIMIZERS: dict[str, tuple[Callable[..., torch.optim.Optimizer], dict[str, Any]]] = {
     "adam": (torch.optim.Adam, {"eps": 1e-5, "fused": True}),
     "adamw": (torch.optim.AdamW, {"eps": 1e-5, "fused": True}),
     "sgd": (torch.optim.SGD, {"foreach": True}),
@@ -84,13 +86,13 @@ class FlatParameters:
         self.parameters = parameters
         self.flat = torch.nn.Parameter(torch.cat([p.detach().reshape(-1) for p in parameters]), requires_grad=trained)
         self.grads: list[torch.Tensor] = []
-        if trained:
-            self.flat.grad = torch.zeros_like(self.flat)
+        grad = torch.zeros_like(self.flat) if trained else None
+        self.flat.grad = grad
         offset = 0
         for p in parameters:
             p.data = self.flat.data[offset: offset + p.numel()].view_as(p)
-            if trained:
-                self.grads.append(self.flat.grad[offset: offset + p.numel()].view_as(p))
+            if grad is not None:
+                self.grads.append(grad[offset: offset + p.numel()].view_as(p))
             offset += p.numel()
         if trained:
             self.zero_grad()
@@ -104,10 +106,17 @@ class FlatParameters:
             return cls(parameters)
         return parameters
 
+    def gradient(self) -> torch.Tensor:
+        """``flat.grad``, which every parameter's gradient is a view of."""
+        if self.flat.grad is None:
+            raise RuntimeError("these parameters were flattened without gradients (trained=False), or flat.grad "
+                               "was set to None: nothing to zero, clip or step")
+        return self.flat.grad
+
     def zero_grad(self) -> None:
         """Zero the gradients in place; backward then accumulates into the views. A parameter whose gradient
         was replaced (a ``module.zero_grad()`` sets it to None) is given its view back."""
-        self.flat.grad.zero_()
+        self.gradient().zero_()
         for p, grad in zip(self.parameters, self.grads):
             if p.grad is not grad:
                 p.grad = grad
@@ -193,15 +202,19 @@ def clip_and_step(optimiser: torch.optim.Optimizer, parameters: list[torch.nn.Pa
     """
     norm = None
     if max_grad_norm:
-        flat = isinstance(parameters, FlatParameters)
         # one norm kernel over the flat gradient, where the per-tensor norms of clip_grad_norm_ cost a dozen
-        norm = (torch.linalg.vector_norm(parameters.flat.grad) if flat
-                else torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm, foreach=True))
+        if isinstance(parameters, FlatParameters):
+            flat_grad: torch.Tensor | None = parameters.gradient()
+            norm = torch.linalg.vector_norm(flat_grad)
+        else:
+            flat_grad = None
+            norm = torch.nn.utils.clip_grad_norm_(parameters, max_grad_norm, foreach=True)
         total = norm.item()
         if not math.isfinite(total):
             raise NonFiniteError("the gradient norm")
-        if flat and total + 1e-6 > max_grad_norm:  # clip_grad_norm_'s rule: scale by min(1, max / (norm + 1e-6))
-            parameters.flat.grad.mul_(max_grad_norm / (total + 1e-6))
+        # clip_grad_norm_'s rule: scale by min(1, max / (norm + 1e-6))
+        if flat_grad is not None and total + 1e-6 > max_grad_norm:
+            flat_grad.mul_(max_grad_norm / (total + 1e-6))
     optimiser.step()
     return norm
 

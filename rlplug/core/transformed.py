@@ -108,7 +108,7 @@ def flat(error: BaseException) -> str:
 
 def entries(env: EnvBase) -> set[Any]:
     """Every key a transform may read in ``env``'s steps: observations, rewards, dones, states and actions."""
-    keys = set()
+    keys: set[Any] = set()
     for spec in (env.full_observation_spec, env.full_reward_spec, env.full_done_spec, env.full_state_spec,
                  env.full_action_spec):
         keys.update(unravel_key(key) for key in spec.keys(True, True))

@@ -213,9 +213,9 @@ def without_checks(annotation: Any) -> Any:
     if origin is Annotated:
         rules = [rule for rule in args[1:] if not isinstance(rule, Check)]
         base = without_checks(args[0])
-        return Annotated[(base, *rules)] if rules else base  # type: ignore[misc]  # built at run time
+        return Annotated[(base, *rules)] if rules else base
     if origin in (Union, types.UnionType):
-        return Union[tuple(without_checks(a) for a in args)]  # type: ignore[misc]  # noqa: UP007 (built at run time)
+        return Union[tuple(without_checks(a) for a in args)]  # noqa: UP007 (built at run time)
     if origin in (list, tuple, Sequence, dict, Mapping) and args:
         if origin is Sequence:
             return Sequence[without_checks(args[0])]  # type: ignore[misc]  # built at run time

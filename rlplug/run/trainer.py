@@ -13,6 +13,7 @@ import io
 import json
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -226,7 +227,7 @@ class Run:
         self._recipe_on_disk = resolved
 
     @classmethod
-    def resume(cls, run_dir: Path, overrides: list[str] = (), *, allow_unverified: bool = False) -> "Run":
+    def resume(cls, run_dir: Path, overrides: Sequence[str] = (), *, allow_unverified: bool = False) -> "Run":
         """The run in ``run_dir``, built from its checkpoint's recipe and state, ready to train on; ``overrides``
         (``--set``) change what trained weights allow (:mod:`rlplug.run.resuming`), and :attr:`changed` names the
         keys they changed. A run killed before its first checkpoint starts over from frame 0 with its recipe."""
@@ -246,7 +247,7 @@ class Run:
 
     @classmethod
     def from_checkpoint(cls, path: Path, run_dir: Path, *, changes: dict[str, Any] | None = None,
-                        overrides: list[str] = (), resuming: bool = False,
+                        overrides: Sequence[str] = (), resuming: bool = False,
                         allow_unverified: bool = False) -> tuple["Run", dict[str, Any]]:
         """The run a checkpoint holds, built from the checkpoint's own recipe into ``run_dir`` and loaded with its
         state (the one way a run is rebuilt: ``rlplug resume``, ``rlplug eval`` and :meth:`rlplug.Agent.load`);
@@ -296,7 +297,8 @@ class Run:
         finally:
             for env in (self.env, self.eval_env, self.video_env):
                 close_env(env)
-            self.claim.release(abandon=abandon)
+            if self.claim is not None:  # a Run made by hand holds no claim
+                self.claim.release(abandon=abandon)
 
     def env_statistics(self) -> dict[str, Any]:
         """The training envs' statistics: the collector's where its envs live elsewhere (ray workers)."""
@@ -384,7 +386,7 @@ class Run:
             "wall_time_s": round(self.train_seconds, 3), "seed": self.recipe.run.seed, "run_dir": str(self.run_dir),
         }
 
-    def evaluate(self, loggers: list = ()) -> list[float]:
+    def evaluate(self, loggers: Sequence[Any] = ()) -> list[float]:
         """The deterministic policy on the eval env, with the train env's statistics (frozen), if it has any."""
         statistics = self.env_statistics()
         as_evaluation_env(self.eval_env, statistics)
@@ -397,7 +399,7 @@ class Run:
             self.film_evaluation(loggers, statistics)
         return self.eval_returns
 
-    def film_evaluation(self, loggers: list, statistics: dict[str, Any]) -> Path:
+    def film_evaluation(self, loggers: Sequence[Any], statistics: dict[str, Any]) -> Path:
         """One deterministic episode, filmed, from the evaluation's first start state; handed to loggers."""
         from rlplug.run.video import env_name, record_video
 

@@ -59,11 +59,17 @@ class Dimension:
         """Choices Optuna cannot store (lists, tables) go to it as JSON text."""
         return any(not isinstance(c, (bool, int, float, str)) for c in self.choices)
 
+    def bounds(self) -> tuple[float, float]:
+        """``(low, high)`` of a float or int dimension (a categorical one has none)."""
+        if self.low is None or self.high is None:
+            raise ValueError(f"{self.key}: a {self.kind} dimension without low and high")
+        return self.low, self.high
+
     def suggest(self, trial) -> Any:
         if self.kind == "float":
-            return trial.suggest_float(self.key, self.low, self.high, log=self.log, step=self.step)
+            return trial.suggest_float(self.key, *self.bounds(), log=self.log, step=self.step)
         if self.kind == "int":
-            return trial.suggest_int(self.key, self.low, self.high, log=self.log, step=self.step or 1)
+            return trial.suggest_int(self.key, *self.bounds(), log=self.log, step=self.step or 1)
         if self.encoded:
             return json.loads(trial.suggest_categorical(self.key, [json.dumps(c) for c in self.choices]))
         return trial.suggest_categorical(self.key, list(self.choices))
@@ -72,9 +78,10 @@ class Dimension:
         """Values that bound what the distribution can give, by what the space file calls them."""
         if self.kind == "categorical":
             return {f"choices[{i}]": choice for i, choice in enumerate(self.choices)}
-        samples = {"low": self.low, "high": self.high}
-        if self.kind == "float" and self.low < self.high:  # a fraction, which an integer key refuses
-            samples["a value between low and high"] = self.low + (self.high - self.low) * 0.382
+        low, high = self.bounds()
+        samples = {"low": low, "high": high}
+        if self.kind == "float" and low < high:  # a fraction, which an integer key refuses
+            samples["a value between low and high"] = low + (high - low) * 0.382
         return samples
 
 
@@ -185,9 +192,9 @@ class Objective:
     def train(self, trial, values: dict[str, Any], directory: Path) -> float:
         from rlplug.run.trainer import Run
 
-        seeds = self.study.seeds
-        runs = {}
-        for seed in seeds or [None]:
+        seeds: list[int | None] = [*self.study.seeds] if self.study.seeds else [None]
+        runs: dict[int | None, Run] = {}
+        for seed in seeds:
             recipe = self.study.recipe(values, seed)
             recipe = dataclasses.replace(recipe, loggers=[logger for logger in recipe.loggers
                                                           if logger.spec.qualified_name != "rlplug:console"])
@@ -215,7 +222,8 @@ class Objective:
                 raise optuna().TrialPruned()
             self.say(f"trial {trial.number}: frame {frames}: {what} {value:.4g}")
         if seeds is not None:
-            write_aggregate(directory, {seed: mean(run.eval_returns) for seed, run in runs.items()}, recipe)
+            write_aggregate(directory, {seed: mean(run.eval_returns) for seed, run in runs.items()
+                                        if seed is not None}, recipe)
         return value
 
 

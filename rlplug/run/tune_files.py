@@ -189,7 +189,7 @@ def write_plots(study, out: Path) -> tuple[list[Path], list[str]]:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                axes = draw(study)
+                axes: Any = draw(study)  # an Axes, or an array of them (one per objective)
                 figure = axes.figure if hasattr(axes, "figure") else axes.flat[0].figure
                 figure.set_size_inches(8, 5)
                 save(figure, out / f"{name}.png")
