@@ -173,3 +173,9 @@ class DQNConfig(OffPolicyConfig):
     lr: Rate = 1e-4
     batch_size: Count = 32
     max_grad_norm: Positive | None = 10.0
+
+
+#: the configs of the actor-critics (DDPG, TD3, SAC): each has a ``loss`` besides :class:`ActorCriticConfig`'s keys
+ActorCriticConfigs: TypeAlias = DDPGConfig | TD3Config | SACConfig
+#: every off-policy algorithm's config: :class:`OffPolicyConfig`'s keys, a ``loss`` and a ``tau``
+OffPolicyConfigs: TypeAlias = ActorCriticConfigs | DQNConfig
