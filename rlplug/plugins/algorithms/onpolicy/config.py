@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, TypeAlias
 
 from rlplug.errors import RlplugWarning, UserError
-from rlplug.plugins.algorithms.common import (OPTIMIZERS, SCHEDULES, Count, NonNegative, Positive, Rate, loss_fits,
-                                              named)
+from rlplug.plugins.algorithms.common import OPTIMIZERS, SCHEDULES, Count, NonNegative, Positive, Rate, loss_fits, named
 from rlplug.registry.components import Estimator, Loss, Network
 from rlplug.registry.schema import Check
 
