@@ -312,3 +312,11 @@ def test_select_action_for_deterministic_and_q_value_policies(tmp_path, recipe, 
     assert np.array_equal(action, agent.select_action(np.array(observation, dtype=np.float32)))
     env = gym.make("Pendulum-v1" if "pendulum" in recipe else "CartPole-v1")
     assert env.action_space.contains(action.astype(env.action_space.dtype) if hasattr(action, "astype") else action)
+
+
+def test_missing_loss_members_are_named_as_before():
+    """The off-policy loss check names a missing member by its attribute name (what ``fget.__name__`` gave)."""
+    from rlplug.registry import protocols
+
+    for member in (protocols.Loss.parameter_groups, protocols.Loss.term_learners):
+        assert protocols.optional_name(member) == member.fget.__name__

@@ -9,12 +9,14 @@ fields plus the context names. Torch-free: listing and validating recipes never 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import inspect
 import typing
-from typing import Annotated, Any, Literal
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, TypeVar
 
-from rlplug.registry.components import Loss
+from rlplug.registry.components import Component
 from rlplug.registry.schema import Check, Range
 
 Count = Annotated[int, Range(ge=1)]
@@ -37,11 +39,27 @@ Rate = Annotated[float, Range(gt=0.0), Check(rate_problem)]
 OPTIMIZERS = Literal["adam", "adamw", "sgd", "rmsprop"]
 SCHEDULES = Literal["constant", "linear", "cosine"]
 
-def loss_for(algorithm: str):
-    """The annotation of an algorithm's ``loss`` key: a loss component that serves ``algorithm`` (a loss factory
-    says which algorithms it serves with a ``serves`` attribute; one that says nothing is taken on trust)."""
+ComponentT = TypeVar("ComponentT", bound=Component)
 
-    def problem(loss) -> str | None:
+
+def named(kind: type[ComponentT], name: str) -> ComponentT:
+    """The default of a config field typed as a component ``kind``: the component registered as ``name``.
+
+    The field keeps the plain name as its default (what ``rlplug show`` prints and a recipe may write); the
+    schema turns the name into a validated ``kind`` component before the config is made, so an algorithm
+    reading the field always finds a ``kind``. Only the static type changes here: ``name`` is returned as is.
+    """
+    return typing.cast(ComponentT, name)
+
+
+@functools.cache
+def loss_fits(algorithm: str) -> Callable[[Any], str | None]:
+    """The check of an algorithm's ``loss`` key, used as ``Annotated[Loss, Check(loss_fits("ppo"))]``: the loss
+    component must serve ``algorithm`` (a loss factory says which algorithms it serves with a ``serves``
+    attribute; one that says nothing is taken on trust). One function per algorithm, named ``fits_<algorithm>``
+    (``rlplug show`` prints that name)."""
+
+    def problem(loss: Any) -> str | None:
         serves = getattr(loss.spec.factory, "serves", None)
         if serves is None or algorithm in serves:
             return None
@@ -53,7 +71,7 @@ def loss_for(algorithm: str):
                 f"{', '.join(fitting)}")
 
     problem.__name__ = f"fits_{algorithm.replace('-', '_')}"
-    return Annotated[Loss, Check(problem)]
+    return problem
 
 
 #: The context every algorithm is built with; those in ``CONTEXT_DEFAULTS`` may be left out.
@@ -75,7 +93,8 @@ def field_default(field: dataclasses.Field) -> Any:
     return inspect.Parameter.empty
 
 
-def factory_for(config_class: type, algorithm: str, optional_context: dict[str, Any] | None = None):
+def factory_for(config_class: type, algorithm: str,
+                optional_context: dict[str, Any] | None = None) -> Callable[..., Any]:
     """A registrable factory whose signature is the config's fields (the recipe table) plus the context.
 
     ``algorithm`` ("module:Class") is imported only when built, so listing and validating never import torch;
@@ -91,8 +110,9 @@ def factory_for(config_class: type, algorithm: str, optional_context: dict[str, 
         default = field_default(field)
         parameters.append(inspect.Parameter(field.name, keyword, default=default, annotation=hints[field.name]))
 
-    def factory(**values: Any):
-        context = {name: values.pop(name, default) for name, default in {**CONTEXT_DEFAULTS, **optional_context}.items()}
+    def factory(**values: Any) -> Any:
+        defaults = {**CONTEXT_DEFAULTS, **optional_context}
+        context = {name: values.pop(name, default) for name, default in defaults.items()}
         missing = [name for name in CONTEXT if name not in context and name not in values]
         if missing:
             raise TypeError(f"{factory.__name__} needs the context {', '.join(missing)}")
@@ -100,8 +120,9 @@ def factory_for(config_class: type, algorithm: str, optional_context: dict[str, 
         module, _, name = algorithm.partition(":")
         return getattr(importlib.import_module(module), name)(config_class(**values), **context)
 
-    factory.__signature__ = inspect.Signature(parameters)
+    factory.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]  # signature built at run time
     factory.__doc__ = config_class.__doc__
     factory.__name__ = factory.__qualname__ = f"make_{config_class.__name__.removesuffix('Config').lower()}"
-    factory.config_class = config_class  # where `rlplug show` reads the fields' comments
+    # where `rlplug show` reads the fields' comments
+    factory.config_class = config_class  # type: ignore[attr-defined]  # function attribute set at run time
     return factory

@@ -12,6 +12,7 @@ from rlplug.core.recurrent import is_recurrent
 from rlplug.errors import UserError
 from rlplug.networks import action_bounds
 from rlplug.plugins.algorithms.offpolicy.base import OffPolicy
+from rlplug.plugins.algorithms.offpolicy.config import ActorCriticConfigs
 from rlplug.plugins.algorithms.offpolicy.parts import EpisodeLabels, build_network, learning_rates
 from rlplug.plugins.replay_buffers.buffers import SEQUENCES_NEED_UNIFORM
 from rlplug.registry import protocols
@@ -20,6 +21,8 @@ from rlplug.registry.protocols import capability
 
 class ActorCritic(OffPolicy):
     """An actor (``actor_role``) and ``critics`` Q-networks of (observation, action)."""
+
+    config: ActorCriticConfigs
 
     critics = 1
     actor_role = "deterministic_policy"

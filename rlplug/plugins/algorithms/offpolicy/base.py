@@ -40,9 +40,9 @@ from torch import nn
 from rlplug.core.training import MetricMean, compile_in_place, summed, updates_stopped
 from rlplug.errors import RlplugWarning, UserError
 from rlplug.networks import is_discrete, observation_key
-from rlplug.plugins.algorithms.offpolicy.config import OffPolicyConfig
-from rlplug.plugins.algorithms.offpolicy.parts import (Learners, RandomActions, behind_preprocessor, build_network,
-                                                      mixed_precision_context)
+from rlplug.plugins.algorithms.offpolicy.config import ActorCriticConfig, OffPolicyConfigs
+from rlplug.plugins.algorithms.offpolicy.parts import (EpisodeLabels, Learners, RandomActions, behind_preprocessor,
+                                                      build_network, mixed_precision_context)
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability
 
@@ -58,9 +58,13 @@ class OffPolicy:
 
     #: "continuous" or "discrete": the actions the algorithm acts in
     actions = "continuous"
+    #: the algorithm's settings (each algorithm narrows the type to its own config)
+    config: OffPolicyConfigs
+    #: each stored transition's episode and step; set by build() where the networks are recurrent
+    episodes: EpisodeLabels
 
-    def __init__(self, config: OffPolicyConfig, *, observation_spec, action_spec, device: str, total_frames: int,
-                 seed: int = 0, run_dir=None):
+    def __init__(self, config: OffPolicyConfigs, *, observation_spec, action_spec, device: str,
+                 total_frames: int, seed: int = 0, run_dir=None):
         self.config, self.device, self.total_frames = config, device, total_frames
         self.observation_spec, self.action_spec = observation_spec, action_spec
         self.check_actions(action_spec)
@@ -91,7 +95,8 @@ class OffPolicy:
         ), config.loss.title)
         for member in (protocols.Loss.parameter_groups, protocols.Loss.term_learners):
             if protocols.capability(self.loss_module, member) is None:
-                raise protocols.ContractError(f"{config.loss.title}: an off-policy loss needs '{member.fget.__name__}' "
+                raise protocols.ContractError(f"{config.loss.title}: an off-policy loss needs "
+                                              f"'{protocols.optional_name(member)}' "
                                               f"(which optimiser each of its terms trains); this is the plugin's "
                                               f"mistake: tell its author")
         self.update_targets = protocols.capability(self.loss_module, protocols.Loss.update_targets)
@@ -124,7 +129,10 @@ class OffPolicy:
 
     def learning_rates(self) -> dict[str, float]:
         """Each of the loss's parameter groups' base learning rate."""
-        return {name: self.config.lr for name in self.loss_module.parameter_groups}
+        lr = self.config.lr
+        if isinstance(lr, list):  # a pair [actor, critic]: the actor-critics split it in their own learning_rates
+            raise TypeError(f"{type(self).__name__} takes lr = {lr!r}, a pair, and must split it in learning_rates")
+        return {name: lr for name in self.loss_module.parameter_groups}
 
     def exploration_stages(self) -> list[TensorDictModuleBase]:
         """The modules after the actor in the acting policy (noise, epsilon-greedy)."""
@@ -267,7 +275,10 @@ class OffPolicy:
         ...]`` (the stored ones and the last one's next) with ``is_init`` on the first (where the zero state
         starts) and wherever an episode starts; actions, rewards and terminations from ``burn_in`` on. Sampled
         sequences never cross an episode's end, so the next observations are the observations one step on."""
-        length, start = self.config.sequence_length, self.config.burn_in
+        config = self.config
+        if not isinstance(config, ActorCriticConfig):  # only the actor-critics learn from sequences
+            raise TypeError(f"{type(self).__name__} learns from no sequences (its config has no sequence_length)")
+        length, start = config.sequence_length, config.burn_in
         for _ in range(self.config.gradient_steps):
             sample = self.replay.sample_sequences(self.config.batch_size, length)
             observations = torch.cat([sample.get("observation"), sample.get(("next", "observation"))[:, -1:]], 1)

@@ -117,8 +117,14 @@ class OffPolicyTogether:
 
         device = self.stacks[name].stacked.device
         if isinstance(first, TorchArrayActor):  # a stochastic actor alone (no stages: else no array actor)
-            return TorchArrayActor(replace(first.view, params_module=stacked_module), device)
-        return StackedChainActor(first, stacked_module, [actor.stages for actor in actors], device)
+            # ActorView only calls params_module: a function of the observation serves as well as a module
+            view = replace(first.view, params_module=stacked_module)  # type: ignore[arg-type]  # any callable serves
+            return TorchArrayActor(view, device)
+        chains = [actor for actor in actors if isinstance(actor, ChainArrayActor)]
+        if len(chains) != len(actors):  # seeds' copies of one policy: each has the first's kind of actor
+            raise UserError(f"the policy has no array actor for every seed, so its seeds cannot act together; "
+                            f"{RETRY}", path="algorithm")
+        return StackedChainActor(first, stacked_module, [chain.stages for chain in chains], device)
 
     # -- the update -------------------------------------------------------------------------------------
 
@@ -159,7 +165,10 @@ class OffPolicyTogether:
         terms = [value for key, value in out.items() if key in learners and learners[key] in stepped]
         moved = [name for name in self.names if name in stepped]
         for name in moved:
-            self.stacks[name].stacked.grad.zero_()
+            grad = self.stacks[name].stacked.grad
+            if grad is None:  # the stack keeps a gradient from its making on
+                raise RuntimeError(f"the seeds' stacked {name} parameters have no gradient to zero")
+            grad.zero_()
         summed(terms).sum().backward()  # seeds share no parameter: each gets its own loss's gradient
         max_grad_norm = template.config.max_grad_norm
         norms = {name: self.stacks[name].clip_and_step(self.optimisers[name], max_grad_norm) for name in moved}
@@ -216,7 +225,7 @@ def stacked(samples: list[TensorDictBase]) -> dict:
     """The seeds' samples as one nested dict of ``[seeds, batch, ...]`` tensors (the buffer's ``index`` left out:
     each seed's priorities are updated from its own sample)."""
     def walk(parts: list[TensorDictBase]) -> dict:
-        result = {}
+        result: dict[str, dict | torch.Tensor] = {}
         for key in parts[0].keys():
             value = parts[0].get(key)
             if isinstance(value, TensorDictBase):

@@ -1,7 +1,7 @@
 """Off-policy algorithm configs (DDPG, TD3, SAC, DQN): each dataclass's fields are an algorithm's recipe
-table, its docstring the summary ``rlplug list`` shows. Torch-free, like :mod:`rlplug.plugins.algorithms.onpolicy.config`;
-the algorithms live in :mod:`rlplug.plugins.algorithms.offpolicy.base` (the shared update) and ``ddpg``, ``td3``,
-``sac``, ``dqn``.
+table, its docstring the summary ``rlplug list`` shows. Torch-free, like
+:mod:`rlplug.plugins.algorithms.onpolicy.config`; the algorithms live in
+:mod:`rlplug.plugins.algorithms.offpolicy.base` (the shared update) and ``ddpg``, ``td3``, ``sac``, ``dqn``.
 
 Every option of skrl's ``DDPG_CFG`` is a key of the same meaning, under rlplug's names where rlplug
 already has one (the on-policy algorithms' ``lr``, ``lr_schedule``, ``max_grad_norm``); the mapping, option
@@ -17,11 +17,11 @@ learns from all but their first ``burn_in`` steps.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeAlias
 
 from rlplug.plugins.algorithms.common import (OPTIMIZERS, SCHEDULES, Count, Fraction, Frames, NonNegative,
-                                              Positive, Rate, loss_for, rate_problem)
-from rlplug.registry.components import Network, Noise, Preprocessor, ReplayBuffer
+                                              Positive, Rate, loss_fits, named, rate_problem)
+from rlplug.registry.components import Loss, Network, Noise, Preprocessor, ReplayBuffer
 from rlplug.registry.schema import Check
 
 
@@ -35,9 +35,12 @@ def learning_rate_problem(value: Any) -> str | None:
     return next(filter(None, map(rate_problem, rates)), None)
 
 
-LearningRate = Annotated[float | list[float], Check(learning_rate_problem)]
+LearningRate: TypeAlias = Annotated[float | list[float], Check(learning_rate_problem)]
 #: each algorithm's ``loss`` key: a loss that serves it
-DDPG_LOSS, TD3_LOSS, SAC_LOSS, DQN_LOSS = (loss_for(name) for name in ("ddpg", "td3", "sac", "dqn"))
+DDPG_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("ddpg"))]
+TD3_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("td3"))]
+SAC_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("sac"))]
+DQN_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("dqn"))]
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,7 @@ class OffPolicyConfig:
     """Options every off-policy algorithm takes: replay, update cadence, optimisation, reward shaping."""
 
     #: where transitions are kept and sampled from
-    replay_buffer: ReplayBuffer = "uniform"
+    replay_buffer: ReplayBuffer = named(ReplayBuffer, "uniform")
     #: env steps (per env) collected between updates: frames_per_batch = num_envs x steps_per_update
     steps_per_update: Count = 1
     #: gradient steps per update
@@ -54,8 +57,9 @@ class OffPolicyConfig:
     batch_size: Count = 64
     #: discount factor
     gamma: Fraction = 0.99
+    # a number or a pair here, as the actor-critics take it; dqn redeclares it as a number
     #: learning rate (a schedule scales it)
-    lr: Rate = 1e-3
+    lr: LearningRate = 1e-3
     #: how the learning rate goes over total_frames: constant, linear to 0, or cosine to 0
     lr_schedule: SCHEDULES = "constant"
     #: the torch optimiser
@@ -87,15 +91,15 @@ class ActorCriticConfig(OffPolicyConfig):
     """An actor and Q-critics of (observation, action) for continuous actions, with target networks."""
 
     #: the actor network
-    policy: Network = "mlp"
+    policy: Network = named(Network, "mlp")
     #: the Q-network, a critic of the observation and the action (writes state_action_value)
-    critic: Network = "mlp"
+    critic: Network = named(Network, "mlp")
     #: learning rate: a number, or a pair [actor, critic]
     lr: LearningRate = 1e-3
     #: polyak coefficient of the target networks, updated after every gradient step
     tau: Fraction = 0.005
     #: the noise added to actions while collecting (unset: none)
-    exploration_noise: Noise | None = "gaussian"
+    exploration_noise: Noise | None = named(Noise, "gaussian")
     #: recurrent networks (lstm, gru) only: steps per sampled sequence; batch_size counts steps and must be
     #: a multiple of it (batch_size / sequence_length sequences per gradient step)
     sequence_length: Count = 16
@@ -108,7 +112,7 @@ class DDPGConfig(ActorCriticConfig):
     """Deep deterministic policy gradient: a deterministic actor, one Q-critic, noise to explore."""
 
     #: what each gradient step minimises: rlplug's DDPG loss, or TorchRL's DDPGLoss (built with these networks)
-    loss: DDPG_LOSS = "ddpg-loss"
+    loss: DDPG_LOSS = named(Loss, "ddpg-loss")
 
 
 @dataclass(frozen=True)
@@ -116,7 +120,7 @@ class TD3Config(ActorCriticConfig):
     """Twin delayed DDPG: twin critics (the lower target), target policy smoothing, delayed actor updates."""
 
     #: what each gradient step minimises: rlplug's TD3 loss, or TorchRL's TD3Loss (built with these networks)
-    loss: TD3_LOSS = "td3-loss"
+    loss: TD3_LOSS = named(Loss, "td3-loss")
     #: update the actor and the target networks once every this many critic steps
     policy_delay: Count = 2
     #: the standard deviation of the noise added to target actions, as a fraction of the action half-range
@@ -130,7 +134,7 @@ class SACConfig(ActorCriticConfig):
     """Soft actor-critic: a tanh-Gaussian actor, twin critics, an automatically tuned entropy coefficient."""
 
     #: what each gradient step minimises: rlplug's SAC loss, or TorchRL's SACLoss (built with these networks)
-    loss: SAC_LOSS = "sac-loss"
+    loss: SAC_LOSS = named(Loss, "sac-loss")
     #: the entropy coefficient (alpha) to start from
     initial_entropy_coef: Positive = 1.0
     #: tune the entropy coefficient so that the policy's entropy stays near target_entropy
@@ -148,9 +152,9 @@ class DQNConfig(OffPolicyConfig):
     """Deep Q-learning for discrete actions: epsilon-greedy, a target network, Huber loss, optional double DQN."""
 
     #: the Q-network: one value per action (writes action_value)
-    q_network: Network = "mlp"
+    q_network: Network = named(Network, "mlp")
     #: what each gradient step minimises: rlplug's DQN loss, or TorchRL's DQNLoss (built with this network)
-    loss: DQN_LOSS = "dqn-loss"
+    loss: DQN_LOSS = named(Loss, "dqn-loss")
     #: target = (1 - tau) * target + tau * online every target_update_interval frames (1.0: a hard copy)
     tau: Fraction = 1.0
     #: frames (over all envs) between target network updates
@@ -169,3 +173,9 @@ class DQNConfig(OffPolicyConfig):
     lr: Rate = 1e-4
     batch_size: Count = 32
     max_grad_norm: Positive | None = 10.0
+
+
+#: the configs of the actor-critics (DDPG, TD3, SAC): each has a ``loss`` besides :class:`ActorCriticConfig`'s keys
+ActorCriticConfigs: TypeAlias = DDPGConfig | TD3Config | SACConfig
+#: every off-policy algorithm's config: :class:`OffPolicyConfig`'s keys, a ``loss`` and a ``tau``
+OffPolicyConfigs: TypeAlias = ActorCriticConfigs | DQNConfig

@@ -6,7 +6,9 @@ to explore. Each gradient step regresses the critic on ``r + gamma (1 - terminat
 from __future__ import annotations
 
 from rlplug.plugins.algorithms.offpolicy.actor_critic import ActorCritic
+from rlplug.plugins.algorithms.offpolicy.config import DDPGConfig
 
 
 class DDPG(ActorCritic):
+    config: DDPGConfig
     critics = 1

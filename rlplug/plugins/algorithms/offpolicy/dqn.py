@@ -19,6 +19,7 @@ from torchrl.data import OneHot
 from rlplug.core.actions import action_layout
 from rlplug.errors import UserError
 from rlplug.plugins.algorithms.offpolicy.base import OffPolicy
+from rlplug.plugins.algorithms.offpolicy.config import DQNConfig
 from rlplug.plugins.algorithms.offpolicy.parts import build_network, exploring
 
 
@@ -55,6 +56,7 @@ def linear_schedule(start: float, end: float, fraction: float, progress: float) 
 
 
 class DQN(OffPolicy):
+    config: DQNConfig
     actions = "discrete"
 
     def check_actions(self, action_spec) -> None:

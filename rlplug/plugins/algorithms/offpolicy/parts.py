@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
 from tensordict import TensorDictBase
@@ -185,7 +185,7 @@ class EpisodeLabels:
         """``is_init`` ``[*envs, time, 1]`` -> ``episode`` and ``step``, flattened as the batch is."""
         starts = is_init.reshape(-1, is_init.shape[-2]).cpu()  # [envs, time]
         envs, steps = starts.shape
-        if self.episode is None or len(self.episode) != envs:
+        if self.episode is None or self.step is None or len(self.episode) != envs:
             self.episode, self.step = torch.full((envs,), -1), torch.zeros(envs, dtype=torch.long)
         episode, step = torch.empty(envs, steps, dtype=torch.long), torch.empty(envs, steps, dtype=torch.long)
         for t in range(steps):
@@ -202,7 +202,7 @@ class EpisodeLabels:
 
     def state_dict(self) -> dict:
         state = {"next_id": self.next_id}
-        if self.episode is not None:
+        if self.episode is not None and self.step is not None:  # set together
             state.update(episode=self.episode.clone(), step=self.step.clone())
         return state
 
@@ -211,7 +211,7 @@ class EpisodeLabels:
         self.episode, self.step = state.get("episode"), state.get("step")
 
 
-def mixed_precision_context(enabled: bool, device: str) -> Callable[[], object]:
+def mixed_precision_context(enabled: bool, device: str) -> Callable[[], AbstractContextManager[object]]:
     """What the update's forward passes run in: autocast to bfloat16 on the CPU, float16 on CUDA, or nothing."""
     if not enabled:
         return nullcontext

@@ -10,9 +10,11 @@ is the usual SAC actor); evaluation takes its deterministic action (the squashed
 from __future__ import annotations
 
 from rlplug.plugins.algorithms.offpolicy.actor_critic import ActorCritic
+from rlplug.plugins.algorithms.offpolicy.config import SACConfig
 
 
 class SAC(ActorCritic):
+    config: SACConfig
     critics = 2
     actor_role = "policy"
 

@@ -5,10 +5,12 @@
 from __future__ import annotations
 
 from rlplug.plugins.algorithms.offpolicy.actor_critic import ActorCritic
+from rlplug.plugins.algorithms.offpolicy.config import TD3Config
 from rlplug.registry import protocols
 
 
 class TD3(ActorCritic):
+    config: TD3Config
     critics = 2
 
     def updates_actor(self) -> bool:

@@ -170,7 +170,8 @@ class OnPolicy:
         """The trained networks by name, for loggers that record weights."""
         return {"policy": self.policy, **({"critic": self.critic} if self.critic is not None else {})}
 
-    # -- distributed training (pytorchrl's Algorithm protocol; the gradient workers of rlplug.plugins.runners.ray.collection) ------
+    # -- distributed training (pytorchrl's Algorithm protocol; the gradient workers of
+    #    rlplug.plugins.runners.ray.collection) ----------------------------------------------------------------
 
     def get_weights(self) -> TensorDictBase:
         """Every trained parameter (policy and critic, a shared body once) keyed by position: copies built

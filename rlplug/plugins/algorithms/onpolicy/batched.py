@@ -83,7 +83,10 @@ class OnPolicyTogether:
                     break
                 minibatch = data if orders is None else {k: v[rows, orders[index]] for k, v in data.items()}
                 totals, reported = self._loss(self.parameters.leaves(), minibatch)
-                self.parameters.stacked.grad.zero_()
+                grad = self.parameters.stacked.grad
+                if grad is None:  # the stack keeps a gradient from its making on
+                    raise RuntimeError("the seeds' stacked parameters have no gradient to zero")
+                grad.zero_()
                 totals.sum().backward()  # seeds share no parameter: each gets its own loss's gradient
                 norms = self.parameters.clip_and_step(self.optimiser, config.max_grad_norm)
                 if self.diagnostics:

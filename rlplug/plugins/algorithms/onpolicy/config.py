@@ -8,19 +8,20 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, TypeAlias
 
 from rlplug.errors import RlplugWarning, UserError
-from rlplug.plugins.algorithms.common import OPTIMIZERS, SCHEDULES, Count, NonNegative, Positive, Rate, loss_for
-from rlplug.registry.components import Estimator, Network
+from rlplug.plugins.algorithms.common import OPTIMIZERS, SCHEDULES, Count, NonNegative, Positive, Rate, loss_fits, named
+from rlplug.registry.components import Estimator, Loss, Network
+from rlplug.registry.schema import Check
 
 #: each algorithm's ``loss`` key: a loss that serves it
-A2C_LOSS = loss_for("a2c")
-PPO_LOSS = loss_for("ppo")
-PPO_KL_LOSS = loss_for("ppo-kl")
-VPG_LOSS = loss_for("vpg")
-SURROGATE_LOSS = loss_for("surrogate")
-IMPALA_LOSS = loss_for("impala")
+A2C_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("a2c"))]
+PPO_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("ppo"))]
+PPO_KL_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("ppo-kl"))]
+VPG_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("vpg"))]
+SURROGATE_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("surrogate"))]
+IMPALA_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("impala"))]
 
 
 @dataclass(frozen=True)
@@ -28,20 +29,21 @@ class OnPolicyConfig:
     """Options every on-policy algorithm takes; subclasses change defaults and add their own."""
 
     #: the policy network
-    policy: Network = "mlp"
+    policy: Network = named(Network, "mlp")
     #: the value network (writes state_value)
-    critic: Network = "mlp"
+    critic: Network = named(Network, "mlp")
     #: what is minimised: rlplug's own loss for the algorithm, or TorchRL's (ClipPPOLoss, KLPENPPOLoss,
     #: A2CLoss, ReinforceLoss), built with these networks; its unset keys follow this table's settings
-    loss: A2C_LOSS = "policy-gradient-loss"
+    loss: A2C_LOSS = named(Loss, "policy-gradient-loss")
     #: the critic computes its value from the policy's hidden layers (one body, two heads; the critic
     #: network's own hidden layers must match and are dropped); value_coef weighs the two losses on it
     shared_body: bool = False
     #: the estimator that writes `advantage` (and a value target, if it makes one)
-    advantage: Estimator = "gae"
+    advantage: Estimator = named(Estimator, "gae")
+    # Optional here because vpg and impala leave it unset; the others redeclare it as an estimator (no unset)
     #: an estimator for `value_target`, run after the advantage one (never changes the advantage);
     #: unset: the advantage estimator's value target is used
-    value_target: Estimator = "from_advantage"
+    value_target: Estimator | None = named(Estimator, "from_advantage")
     #: frames collected (over all envs) for each update
     frames_per_batch: Count = 2048
     #: passes over each batch per update
@@ -97,7 +99,8 @@ class OnPolicyConfig:
 class PPOConfig(OnPolicyConfig):
     """Proximal policy optimisation with the clipped surrogate objective."""
 
-    loss: PPO_LOSS = "ppo-loss"
+    loss: PPO_LOSS = named(Loss, "ppo-loss")
+    value_target: Estimator = named(Estimator, "from_advantage")
     #: the clip range of the probability ratio
     clip_epsilon: Positive = 0.2
     #: shrink the clip range linearly to 0 over the run (rl-baselines3-zoo's ``lin_`` clip ranges)
@@ -108,7 +111,8 @@ class PPOConfig(OnPolicyConfig):
 class PPOKLConfig(OnPolicyConfig):
     """PPO with an adaptive KL penalty instead of clipping (beta x2 above 1.5x the target, /2 below target/1.5)."""
 
-    loss: PPO_KL_LOSS = "ppo-kl-loss"
+    loss: PPO_KL_LOSS = named(Loss, "ppo-kl-loss")
+    value_target: Estimator = named(Estimator, "from_advantage")
     #: the KL divergence (old policy to new) each minibatch should stay near
     kl_target: Positive = 0.01
     #: the penalty's starting coefficient (beta)
@@ -121,8 +125,8 @@ class VPGConfig(OnPolicyConfig):
 
     #: learn a critic and subtract its value from the return (false: plain REINFORCE)
     baseline: bool = True
-    loss: VPG_LOSS = "policy-gradient-loss"
-    advantage: Estimator = "mc"
+    loss: VPG_LOSS = named(Loss, "policy-gradient-loss")
+    advantage: Estimator = named(Estimator, "mc")
     value_target: Estimator | None = None
     epochs: Count = 1
     num_minibatches: Count | None = 1
@@ -139,13 +143,15 @@ class A2CConfig(OnPolicyConfig):
     optimizer: OPTIMIZERS = "rmsprop"
     lr: Rate = 7e-4
     normalize_advantages: bool = False
+    value_target: Estimator = named(Estimator, "from_advantage")
 
 
 @dataclass(frozen=True)
 class SurrogateConfig(OnPolicyConfig):
     """The unclipped importance-ratio surrogate objective (PPO without the clip), over several epochs."""
 
-    loss: SURROGATE_LOSS = "surrogate-loss"
+    loss: SURROGATE_LOSS = named(Loss, "surrogate-loss")
+    value_target: Estimator = named(Estimator, "from_advantage")
 
 
 @dataclass(frozen=True)
@@ -159,10 +165,10 @@ class ImpalaConfig(OnPolicyConfig):
     """
 
     #: V-trace: reads the behaviour log-prob the worker recorded and the learner's, clips their ratio
-    advantage: Estimator = "vtrace"
+    advantage: Estimator = named(Estimator, "vtrace")
     #: unset: the value target is V-trace's v_s
     value_target: Estimator | None = None
-    loss: IMPALA_LOSS = "policy-gradient-loss"
+    loss: IMPALA_LOSS = named(Loss, "policy-gradient-loss")
     frames_per_batch: Count = 256
     #: passes over each rollout (the paper: 1)
     epochs: Count = 1

@@ -4,8 +4,8 @@ Actors collect with the weights they last received, so a rollout may come from a
 old. The learner scores each taken action under its current policy (``target_log_prob``), and V-trace
 (:class:`rlplug.plugins.estimators.returns.VTrace`) turns the rollout into value targets ``v_s`` and policy-gradient
 advantages ``min(rho_bar, pi/mu) * (r + gamma * v_{s+1} - V(s))`` that are correct for the current policy;
-the update is then the on-policy family's (:mod:`rlplug.plugins.algorithms.onpolicy.base`) with the score-function policy
-loss: ``-log pi(a|s) * advantage``, plus the value regression and the entropy bonus.
+the update is then the on-policy family's (:mod:`rlplug.plugins.algorithms.onpolicy.base`) with the score-function
+policy loss: ``-log pi(a|s) * advantage``, plus the value regression and the entropy bonus.
 
 ``asynchronous = True`` tells the ``ray`` runner to hand over rollouts first come, first served (TorchRL's
 asynchronous RayCollector) instead of waiting for every worker.
