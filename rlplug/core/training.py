@@ -1,4 +1,5 @@
-"""Machinery every algorithm shares: schedules, the optimiser and its step, gradient clipping, metric means."""
+"""Machinery every algorithm shares: schedules, the optimiser and its step, gradient clipping, metric means, the
+compiled update."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from rlplug.errors import UserError
+from rlplug.registry import protocols
+from rlplug.registry.protocols import capability
 
 #: Set while a run is asked to stop (by a signal): the update loops end at their next gradient step, so that a
 #: stop never waits for the rest of an update of many epochs or gradient steps.
@@ -58,7 +63,6 @@ OPTIMIZERS: dict[str, tuple[Callable[..., torch.optim.Optimizer], dict[str, Any]
 
 def make_optimizer(name: str, parameters: "list[torch.nn.Parameter] | FlatParameters", lr: float,
                    kwargs: dict | None = None) -> torch.optim.Optimizer:
-    from rlplug.errors import UserError
 
     optimizer_class, defaults = OPTIMIZERS[name]
     stepped = [parameters.flat] if isinstance(parameters, FlatParameters) else parameters
@@ -255,3 +259,12 @@ class MetricMean:
 
     def means(self) -> dict[str, float]:
         return {key: total.item() / self.counts[key] for key, total in self.sums.items()}
+
+
+def compile_update(algorithm: Any, title: str) -> None:
+    """``run.compile = true``: the algorithm's own compilation of its update, or a one-line refusal."""
+    compile_own = capability(algorithm, protocols.Algorithm.compile_update)
+    if compile_own is None:
+        raise UserError(f"{title} does not declare compile_update, so run.compile cannot compile its update; "
+                        f"set run.compile = false", path="run.compile")
+    compile_own()

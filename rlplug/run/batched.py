@@ -35,7 +35,8 @@ from rlplug.recipe import Recipe
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability, checked_metrics, conform
 from rlplug.run.directory import BATCHED_MARKER as MARKER, ensure_writable, write_atomically
-from rlplug.run.trainer import Run, episode_seed, next_multiple
+from rlplug.run.schedule import episode_seed, next_multiple
+from rlplug.run.trainer import Run
 
 #: The logger written once for all seeds (in the parent directory, with the means over seeds), not per seed.
 SHARED_LOGGERS = ("rlplug:console",)

@@ -25,8 +25,8 @@ import torch
 from torchrl.envs import EnvBase
 
 from rlplug.core.process import prepare_process, quiet_torchrl, seed_everything
-from rlplug.core.training import (NonFiniteError, all_finite, allow_updates, broken_metric, stop_updates,
-                                  storages_of)
+from rlplug.core.training import (NonFiniteError, all_finite, allow_updates, broken_metric, compile_update,
+                                  stop_updates, storages_of)
 from rlplug.errors import UserError, WorkersLost, reported
 from rlplug.recipe import EVAL_SEED_OFFSET, Recipe, read_toml, validate
 from rlplug.registry import protocols
@@ -34,6 +34,7 @@ from rlplug.registry.protocols import capability, checked_metrics, conform
 from rlplug.run.checkpoints import load_checkpoint, rng_state, sealed, set_rng_state, check_statistics, tensors_finite
 from rlplug.run.directory import Claim, ensure_writable, write_atomically
 from rlplug.run.resuming import resumed_recipe
+from rlplug.run.schedule import episode_seed, next_multiple
 from rlplug.core.env_members import as_evaluation_env, close_env, env_statistics
 from rlplug.core.envs import build_env
 from rlplug.run.evaluation import build_eval_env, evaluate
@@ -440,22 +441,3 @@ class Run:
 
     def save_checkpoint(self, path: Path) -> None:
         write_atomically(path, self.checkpoint_bytes())
-
-
-def compile_update(algorithm: Any, title: str) -> None:
-    """``run.compile = true``: the algorithm's own compilation of its update, or a one-line refusal."""
-    compile_own = capability(algorithm, protocols.Algorithm.compile_update)
-    if compile_own is None:
-        raise UserError(f"{title} does not declare compile_update, so run.compile cannot compile its update; "
-                        f"set run.compile = false", path="run.compile")
-    compile_own()
-
-
-def next_multiple(frames: int, every: int) -> int | None:
-    """The first multiple of ``every`` after ``frames`` (None when ``every`` is 0: never)."""
-    return (frames // every + 1) * every if every else None
-
-
-def episode_seed(seed: int, frames: int) -> int:
-    """The seed every env restarts from at a checkpoint taken at ``frames``: a resumed run uses the same."""
-    return (seed * 1_000_003 + frames) % 2**31
