@@ -5,14 +5,25 @@ annotations (:class:`Network`, :class:`Estimator`, ...) and parameter checks (:c
 :class:`Check`) a factory signature may use, and :class:`UserError`.
 """
 
-from rlplug.registry.components import (Algorithm, Component, Env, Estimator, Logger, Loss, Network, Noise,
-                                        Preprocessor, ReplayBuffer, Runner, Transform)
 from rlplug.errors import UserError
 from rlplug.registry import get_registry
+from rlplug.registry.components import (
+    Algorithm,
+    Component,
+    Env,
+    Estimator,
+    Logger,
+    Loss,
+    Network,
+    Noise,
+    Preprocessor,
+    ReplayBuffer,
+    Runner,
+    Transform,
+)
 from rlplug.registry.hookspecs import hookimpl
 from rlplug.registry.schema import CONTEXT_NAMES, Check, Range, Unbounded
 from rlplug.version import __version__
-
 
 
 def __getattr__(name: str):
@@ -28,7 +39,8 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "Agent", "__version__", "hookimpl", "make", "get_registry", "UserError", "Range", "Check", "Unbounded", "CONTEXT_NAMES",
+    "Agent", "__version__", "hookimpl", "make", "get_registry", "UserError", "Range", "Check", "Unbounded",
+    "CONTEXT_NAMES",
     "Component", "Env", "Algorithm", "Estimator", "Logger", "Network", "ReplayBuffer", "Noise", "Preprocessor",
     "Runner", "Loss", "Transform",
 ]

@@ -25,11 +25,11 @@ from rlplug.core.acting import ActorView, env_action
 from rlplug.core.env_members import as_evaluation_env, env_capability
 from rlplug.core.heads import observation_key
 from rlplug.errors import UserError
-from rlplug.run.directory import default_run_dir
 from rlplug.recipe import EVAL_SEED_OFFSET
+from rlplug.registry import protocols
+from rlplug.run.directory import default_run_dir
 from rlplug.run.evaluation import build_eval_env, evaluate
 from rlplug.run.trainer import Run
-from rlplug.registry import protocols
 
 
 class Agent:
@@ -40,7 +40,7 @@ class Agent:
 
     @classmethod
     def from_recipe(cls, recipe: str | Path | Mapping[str, Any], *, out: str | Path | None = None,
-                    seeds: Sequence[int] | None = None, **overrides: Any) -> "Agent | SeedAgents":
+                    seeds: Sequence[int] | None = None, **overrides: Any) -> Agent | SeedAgents:
         """Build from a recipe: a TOML file, or the same tables as a dict (``{"env": {"use": "gym", "id":
         "CartPole-v1"}, "algorithm": {"use": "ppo"}}``). Overrides are dotted keys (``**{"algorithm.lr":
         3e-4}``) or tables (``algorithm={"lr": 3e-4}``), validated exactly like the file and like ``--set``.
@@ -70,7 +70,7 @@ class Agent:
         return SeedAgents(BatchedRun.build(validated, run_dir))
 
     @classmethod
-    def load(cls, path: str | Path, *, out: str | Path | None = None, allow_unverified: bool = False) -> "Agent":
+    def load(cls, path: str | Path, *, out: str | Path | None = None, allow_unverified: bool = False) -> Agent:
         """An agent from a checkpoint written by :meth:`save` (or a run's ``checkpoint.pt``); one written before
         checkpoints carried a digest only with ``allow_unverified=True`` (nothing can check its data)."""
         run, _ = Run.from_checkpoint(Path(path), Path(out) if out else default_run_dir(Path(path)),
@@ -125,11 +125,8 @@ class Agent:
             key = self.run.algorithm.policy.in_keys[0]
             action = self.act(TensorDict({key: batch}, batch_size=batch.shape[:1]), deterministic).get("action")
         read = env_capability(env, protocols.Env.read_action)
-        if read is not None:
-            action = np.asarray(read(action))
-        else:
-            action = env_action(action, type(env.action_spec) is OneHot)
-        return action[0] if single else action
+        actions = np.asarray(read(action)) if read is not None else env_action(action, type(env.action_spec) is OneHot)
+        return actions[0] if single else actions
 
     def save(self, path: str | Path) -> Path:
         """Write a checkpoint that :meth:`load` reads back (plain tensors and numbers, no pickled code)."""

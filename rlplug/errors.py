@@ -51,7 +51,7 @@ class UserError(Exception):
         #: ``RLPLUG_DEBUG=1`` shows
         self.original = original
 
-    def located(self, *, file: str | None = None, prefix: str = "") -> "UserError":
+    def located(self, *, file: str | None = None, prefix: str = "") -> UserError:
         """The same error seen from further out: inside ``file``, under the key path ``prefix``."""
         path = ".".join(p for p in (prefix, self.path) if p)
         return type(self)(self.message, path=path, file=file or self.file, line=self.line, original=self.original)
@@ -116,4 +116,4 @@ def reported(warn: bool, what: str):
         if not warn:
             raise
         where = f"{error.filename}: " if isinstance(error, OSError) and error.filename else ""
-        warnings.warn(RlplugWarning(f"{what}: {where}{type(error).__name__}: {error}"))
+        warnings.warn(RlplugWarning(f"{what}: {where}{type(error).__name__}: {error}"), stacklevel=2)

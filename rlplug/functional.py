@@ -25,7 +25,8 @@ def gaussian_kl(mu1: torch.Tensor, mu2: torch.Tensor, cov1: torch.Tensor,
     difference = (mu2 - mu1).unsqueeze(-1)
     kl_mu = 0.5 * (difference * torch.cholesky_solve(difference, chol1)).sum((-2, -1))
     trace = torch.cholesky_solve(cov1, chol2).diagonal(dim1=-2, dim2=-1).sum(-1)
-    log_det_ratio = 2 * (chol2.diagonal(dim1=-2, dim2=-1).log().sum(-1) - chol1.diagonal(dim1=-2, dim2=-1).log().sum(-1))
+    log_det1, log_det2 = (2 * chol.diagonal(dim1=-2, dim2=-1).log().sum(-1) for chol in (chol1, chol2))
+    log_det_ratio = log_det2 - log_det1
     kl_sigma = 0.5 * (trace - mu1.shape[-1] + log_det_ratio)
     return kl_mu.mean(), kl_sigma.mean()
 

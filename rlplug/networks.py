@@ -18,9 +18,22 @@ encoder (images as envs give them, and a Dict's other entries) for a network of 
 modules behind them (``rlplug.core``) may move.
 """
 
-from rlplug.core.heads import (HEAD_GAIN, ROLES, action_bounds, action_size, input_size, is_discrete,
-                               observation_entries, observation_key, observation_shape, output_size, share_body,
-                               trunk_input_size, with_head, wrap)
+from rlplug.core.heads import (
+                               HEAD_GAIN,
+                               ROLES,
+                               action_bounds,
+                               action_size,
+                               input_size,
+                               is_discrete,
+                               observation_entries,
+                               observation_key,
+                               observation_shape,
+                               output_size,
+                               share_body,
+                               trunk_input_size,
+                               with_head,
+                               wrap,
+)
 from rlplug.core.images import image_encoder
 from rlplug.core.layers import HIDDEN_GAIN, LAYERS, build_layers, features, linear
 

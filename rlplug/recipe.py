@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Sequence
 from typing import Annotated, Any
 
-from rlplug.registry.components import Algorithm, Env, Logger, Runner
 from rlplug.errors import RecipeError, UserError
 from rlplug.registry import get_registry, resolve
+from rlplug.registry.components import Algorithm, Env, Logger, Runner
 from rlplug.registry.schema import Check, Range, convert
 
 #: Tables, arrays and dotted keys nest at most this deep in a recipe (the built-in ones need 4): deeper input is

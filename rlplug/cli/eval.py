@@ -2,9 +2,10 @@
 
 The run is rebuilt from its checkpoint exactly as :meth:`rlplug.Agent.load` and ``rlplug resume`` rebuild it
 (:meth:`rlplug.run.trainer.Run.from_checkpoint`: the checkpoint's own resolved recipe, its parameters and its
-env's normalisation statistics), but into a scratch directory: nothing is written into ``RUN_DIR``, which may be read-only. Evaluation is what the run's
-own evaluations do: the deterministic policy on a separate env whose normalisation statistics are the
-training env's, frozen, from the same start states (``--seed``, by default the run's seed + 10,000).
+env's normalisation statistics), but into a scratch directory: nothing is written into ``RUN_DIR``, which may be
+read-only. Evaluation is what the run's own evaluations do: the deterministic policy on a separate env whose
+normalisation statistics are the training env's, frozen, from the same start states (``--seed``, by default the
+run's seed + ``rlplug.recipe.EVAL_SEED_OFFSET``).
 
 ``--video OUT.mp4`` films episodes on one more env (:mod:`rlplug.run.video`).
 """

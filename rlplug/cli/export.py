@@ -104,6 +104,7 @@ def check_with_onnxruntime(path: Path, item) -> str:
     want = (want[0] if isinstance(want, tuple) else want).numpy()
     if got.dtype.kind == "i":
         same = int((got == want).sum())
-        return f"checked with onnxruntime: the same action as the torch policy on {same} of {len(got)} random observations"
+        return (f"checked with onnxruntime: the same action as the torch policy on {same} of {len(got)} random "
+                f"observations")
     return (f"checked with onnxruntime: actions within {float(np.abs(got - want).max()):.2g} of the torch policy's "
             f"on {len(got)} random observations")

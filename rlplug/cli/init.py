@@ -48,11 +48,11 @@ def init_recipe(algorithm: str, env: str, *, network: str | None = None, registr
     """
     import tomllib
 
-    from rlplug.version import __version__
-    from rlplug.registry.components import Env
     from rlplug.errors import ComponentError, UserError
     from rlplug.recipe import EvalSettings, RunSettings, validate
     from rlplug.registry import get_registry, resolve
+    from rlplug.registry.components import Env
+    from rlplug.version import __version__
 
     registry = registry or get_registry()
     algorithm_spec = registry.lookup("algorithm", algorithm)
@@ -147,7 +147,8 @@ class _RecipeWriter:
     def key(self, param: ParamDoc, value: Any) -> None:
         self.comment(param.type_text + (f": {param.description}" if param.description else ""))
         if value is None:
-            self.lines.append(f"# {key_text(param.name)} =   (unset by default; TOML has no null, so the key is left out)")
+            self.lines.append(f"# {key_text(param.name)} =   (unset by default; TOML has no null, so the key is "
+                              f"left out)")
         else:
             self.lines.append(f"{key_text(param.name)} = {inline_toml(value)}")
 

@@ -58,5 +58,6 @@ def parameters(spec) -> list[dict]:
     from rlplug.registry.docs import plain_data
     from rlplug.registry.schema import type_name
 
-    return [{"name": p.name, "type": type_name(p.annotation), **({} if p.required else {"default": plain_data(p.default)})}
+    return [{"name": p.name, "type": type_name(p.annotation),
+             **({} if p.required else {"default": plain_data(p.default)})}
             for p in spec.schema.params.values()]

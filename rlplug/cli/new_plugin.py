@@ -84,8 +84,8 @@ def cmd_new_plugin(args: argparse.Namespace) -> int:
 
 def create_plugin(name: str, where: Path) -> Path:
     """Write ``where/rlplug-NAME/`` and return its path; refuses to touch anything that exists."""
-    from rlplug.version import __version__
     from rlplug.errors import UserError
+    from rlplug.version import __version__
 
     check_name(name)
     target = where / f"rlplug-{name}"

@@ -19,7 +19,7 @@ import csv
 import json
 import math
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -276,6 +276,7 @@ def recipe_without_seed(recipe: dict[str, Any]) -> dict[str, Any]:
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     """``{"a": {"b": 1}, "c": [{"d": 2}]}`` -> ``{"a.b": 1, "c.0.d": 2}``."""
+    items: Iterable[tuple[str, Any]]
     if isinstance(value, dict):
         items = value.items()
     elif isinstance(value, list):
@@ -383,7 +384,7 @@ def aggregate(group: Group, band: str):
 def draw(axes, groups: Sequence[Group], band: str) -> None:
     from matplotlib import colormaps
 
-    palette = colormaps["tab10"].colors
+    palette = colormaps["tab10"].colors  # type: ignore[attr-defined]  # a ListedColormap
     band_name = "min to max" if band == "minmax" else "mean +- std"
     for index, group in enumerate(groups):
         color = palette[index % len(palette)]

@@ -55,9 +55,8 @@ def find_component(registry, text: str):
     """
     import difflib
 
-    from rlplug.errors import ComponentError, UserError
+    from rlplug.errors import ComponentError, UserError, did_you_mean
     from rlplug.registry.registry import KINDS, kind_of
-    from rlplug.errors import did_you_mean
 
     if not text or not text.strip():
         raise UserError("show needs a component name, e.g. python -m rlplug show gae")

@@ -65,7 +65,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.jobs > cores:
         warnings.warn(RlplugWarning(f"--jobs {args.jobs}: more processes than the {cores} CPU cores this tune may "
                                     f"use; its trials share them, each slower (--jobs {cores} or fewer keeps "
-                                    f"one core each)"))
+                                    f"one core each)"), stacklevel=2)
     study_spec = prepare(args)
     out = study_spec.out
     if args.worker is not None:

@@ -39,7 +39,7 @@ class ActorView:
     log_prob_key: str
 
     @classmethod
-    def of(cls, actor: TensorDictModuleBase) -> "ActorView":
+    def of(cls, actor: TensorDictModuleBase) -> ActorView:
         """The view of ``actor``, or ``TypeError`` saying what shape of actor is supported."""
         modules = list(getattr(actor, "module", []))
         if (len(modules) != 2 or not isinstance(modules[0], TensorDictModule)
@@ -142,7 +142,7 @@ class ArrayActor:
     one_hot: bool = False
 
     @staticmethod
-    def for_policy(policy: TensorDictModuleBase, device: torch.device | str, seed: int) -> "ArrayActor | None":
+    def for_policy(policy: TensorDictModuleBase, device: torch.device | str, seed: int) -> ArrayActor | None:
         try:
             view = ActorView.of(policy)
         except TypeError:

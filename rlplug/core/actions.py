@@ -119,7 +119,7 @@ class IndependentCategoricals(D.Distribution):
         self.categoricals = D.Categorical(logits=grid, validate_args=False)
         super().__init__(batch_shape=logits.shape[:-1], event_shape=torch.Size(self.shape), validate_args=False)
 
-    def sample(self, sample_shape: torch.Size | list[int] | tuple[int, ...] = torch.Size()) -> torch.Tensor:
+    def sample(self, sample_shape: torch.Size | list[int] | tuple[int, ...] = torch.Size()) -> torch.Tensor:  # noqa: B008
         with torch.no_grad():
             return self._action(self.categoricals.sample(sample_shape))
 

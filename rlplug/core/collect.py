@@ -28,11 +28,11 @@ from torchrl.envs import EnvBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from rlplug.core.acting import ActorView, ArrayActor
+from rlplug.core.env_members import env_capability
 from rlplug.core.episodes import EpisodeTracker
-from rlplug.errors import UserError, WorkersLost, one_line
 from rlplug.core.recurrent import is_recurrent, with_recurrent_state
 from rlplug.core.transformed import env_rewards
-from rlplug.core.env_members import env_capability
+from rlplug.errors import UserError, WorkersLost, one_line
 from rlplug.registry import protocols
 
 

@@ -3,8 +3,8 @@
 A network plugin builds the trunk (any ``nn.Module`` from observation features to :func:`output_size`
 features) and calls :func:`wrap`; the head then matches the env's action spec: a categorical
 distribution for discrete actions, a Gaussian for continuous ones. Or, simpler, it builds only the hidden
-layers (by hand or from layer tables with :func:`rlplug.core.layers.build_layers`) and calls :func:`with_head`, which adds the
-output layer, the initialisation and the head, as the built-in ``mlp`` and ``sequential`` do.
+layers (by hand or from layer tables with :func:`rlplug.core.layers.build_layers`) and calls :func:`with_head`,
+which adds the output layer, the initialisation and the head, as the built-in ``mlp`` and ``sequential`` do.
 
 The continuous head has options every built-in network shares (defaults as in ``mlp`` and ``sequential``):
 
@@ -16,8 +16,8 @@ The continuous head has options every built-in network shares (defaults as in ``
 
 Roles (what the algorithm asks for; the trunk's input and output sizes follow from it):
 
-- ``policy``: a TorchRL ``ProbabilisticActor`` (categorical or Gaussian), the shape :class:`rlplug.core.acting.ActorView`
-  reads; ``value``: a ``ValueOperator`` writing ``state_value``;
+- ``policy``: a TorchRL ``ProbabilisticActor`` (categorical or Gaussian), the shape
+  :class:`rlplug.core.acting.ActorView` reads; ``value``: a ``ValueOperator`` writing ``state_value``;
 - ``deterministic_policy``: a TorchRL ``Actor`` writing ``action``, squashed by tanh into the action bounds
   (left as it is where they are not finite) (DDPG, TD3);
 - ``q_value``: a ``TensorDictModule`` reading the observation and ``action``, concatenated, and writing

@@ -62,7 +62,7 @@ class ImageShape:
     width: int
 
     @classmethod
-    def of(cls, shape: Sequence[int], dtype: torch.dtype) -> "ImageShape":
+    def of(cls, shape: Sequence[int], dtype: torch.dtype) -> ImageShape:
         shape = tuple(int(n) for n in shape)
         scale = 1 / 255 if dtype == torch.uint8 else None
         if len(shape) == 2:

@@ -9,9 +9,9 @@ Where the hidden state lives, and when it restarts:
   reset). The core zeroes the incoming state wherever ``is_init`` is set, so an episode that ends (terminated
   or truncated) never passes its memory on. Collection and evaluation both go this way (TensorDict road).
 - learning: the replay buffer stores each transition with its episode id and step
-  (:meth:`rlplug.plugins.replay_buffers.buffers.ReplayBuffer.sample_sequences`, TorchRL's ``SliceSampler``), and samples sequences of
-  consecutive steps of one episode. The core reads a sequence in TorchRL's recurrent mode from a zero state
-  (``is_init`` set on its first step), the first ``burn_in`` steps only warming it up (R2D2's zero-state
+  (:meth:`rlplug.plugins.replay_buffers.buffers.ReplayBuffer.sample_sequences`, TorchRL's ``SliceSampler``), and
+  samples sequences of consecutive steps of one episode. The core reads a sequence in TorchRL's recurrent mode from
+  a zero state (``is_init`` set on its first step), the first ``burn_in`` steps only warming it up (R2D2's zero-state
   burn-in; the acting state is not stored, so a stored-state start is not possible for the critics).
 
 :class:`ObservationSequence` is how a sampled sequence reaches the algorithm's unchanged gradient step: it
@@ -131,7 +131,7 @@ class ObservationSequence:
         first = self.start + self.offset
         return values[:, first:first + values.shape[1] - 1 - self.start]
 
-    def next(self) -> "ObservationSequence":
+    def next(self) -> ObservationSequence:
         return ObservationSequence(self.observations, self.is_init, self.start, 1)
 
 

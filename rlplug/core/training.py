@@ -61,7 +61,7 @@ OPTIMIZERS: dict[str, tuple[Callable[..., torch.optim.Optimizer], dict[str, Any]
 }
 
 
-def make_optimizer(name: str, parameters: "list[torch.nn.Parameter] | FlatParameters", lr: float,
+def make_optimizer(name: str, parameters: list[torch.nn.Parameter] | FlatParameters, lr: float,
                    kwargs: dict | None = None) -> torch.optim.Optimizer:
 
     optimizer_class, defaults = OPTIMIZERS[name]
@@ -103,7 +103,7 @@ class FlatParameters:
 
     @classmethod
     def where_possible(cls, parameters: list[torch.nn.Parameter],
-                       allowed: bool = True) -> "FlatParameters | list[torch.nn.Parameter]":
+                       allowed: bool = True) -> FlatParameters | list[torch.nn.Parameter]:
         """``parameters`` flattened when ``allowed`` and one tensor can hold them (one dtype, one device),
         else the list as it is: what :func:`make_optimizer` and :func:`optimiser_step` take."""
         if allowed and len({(p.dtype, p.device) for p in parameters}) == 1:

@@ -18,8 +18,8 @@ from tensordict import TensorDictBase
 from tensordict.utils import unravel_key
 from torchrl.envs import EnvBase, FrameSkipTransform, GymWrapper, StepCounter, Transform, TransformedEnv
 
-from rlplug.errors import UserError
 from rlplug.core.env_members import env_capability
+from rlplug.errors import UserError
 from rlplug.registry import protocols
 
 #: where a transformed env's steps keep the env's own reward, beside the (maybe reshaped) ``reward``
@@ -175,10 +175,11 @@ def with_transforms(env: EnvBase, components: Sequence[Any], context: dict[str, 
     for index, transform in enumerate(built):
         if index == first_reward:
             transformed.append_transform(KeepEnvReward(reward_keys[0]))
-        missing = [key for key in (getattr(transform, "in_keys", None) or ()) if unravel_key(key) not in entries(transformed)]
+        present = entries(transformed)
+        missing = [key for key in (getattr(transform, "in_keys", None) or ()) if unravel_key(key) not in present]
         if missing:
             raise UserError(f"{components[index].spec.name} reads {shown(missing[0])}, which this env does not have "
-                            f"here; its entries: {', '.join(sorted(shown(k) for k in entries(transformed) if k[0] != 'next'))}",
+                            f"here; its entries: {', '.join(sorted(shown(k) for k in present if k[0] != 'next'))}",
                             path=f"env.transforms[{index}]")
         try:
             with warnings.catch_warnings():  # VecNorm over batched envs "is experimental": the batch is reduced

@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from rlplug.errors import UserError, a
 from rlplug.registry.components import Component
-from rlplug.errors import UserError
-from rlplug.errors import a
 from rlplug.registry.manager import get_registry
-from rlplug.registry.schema import convert, validate
 from rlplug.registry.registry import ComponentSpec, Registry, kind_of
+from rlplug.registry.schema import convert, validate
 
 __all__ = ["ComponentSpec", "Registry", "get_registry", "kind_of", "resolve"]
 
@@ -23,7 +22,8 @@ def resolve(component_type: type[Component], table: Mapping[str, Any], path: str
     name = table.get("use")
     try:
         if name is None:
-            raise UserError(f"{a(kind)} table needs a 'use' key naming the {kind} (one of: {', '.join(registry.names(kind))})")
+            raise UserError(f"{a(kind)} table needs a 'use' key naming the {kind} (one of: "
+                            f"{', '.join(registry.names(kind))})")
         if not isinstance(name, str):
             raise UserError(f"'use' must be {a(kind)} name (a string), got {name!r}", path="use")
         try:

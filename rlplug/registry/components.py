@@ -27,7 +27,7 @@ class Component:
     #: keys of its table that rlplug handles itself rather than the factory: name -> annotation
     own_keys: ClassVar[dict[str, Any]] = {}
 
-    spec: "ComponentSpec"
+    spec: ComponentSpec
     params: Mapping[str, Any] = field(default_factory=dict)
     path: str = ""
 
@@ -98,9 +98,9 @@ class Env(Component):
     transforms (the registry knows no TorchRL)."""
 
     kind = "env"
-    transforms: tuple["Transform", ...] = ()
+    transforms: tuple[Transform, ...] = ()
 
-    def with_copies(self, count: int) -> "Env":
+    def with_copies(self, count: int) -> Env:
         """The same env with ``count`` copies where it takes ``num_envs``, else itself."""
         return self.with_params(num_envs=count) if "num_envs" in self.params else self
 

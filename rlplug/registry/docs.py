@@ -72,7 +72,8 @@ class ComponentDoc:
         spec = self.spec
         return {"kind": spec.kind, "name": spec.name, "qualified_name": spec.qualified_name, "plugin": spec.plugin,
                 "version": spec.version, "summary": self.summary, "description": self.body,
-                "aliases": list(spec.aliases), "context": [{"name": k, "description": v} for k, v in self.context.items()],
+                "aliases": list(spec.aliases),
+                "context": [{"name": k, "description": v} for k, v in self.context.items()],
                 "parameters": [p.as_json() for p in self.params]}
 
 

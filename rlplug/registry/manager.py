@@ -19,12 +19,11 @@ from typing import Any
 
 import pluggy
 
-from rlplug.errors import PluginError
+from rlplug.errors import PluginError, did_you_mean
 from rlplug.registry import hookspecs
 from rlplug.registry.hookspecs import HOOKS
 from rlplug.registry.registry import ComponentSpec, PluginRecord, Registry
 from rlplug.registry.schema import SchemaError
-from rlplug.errors import did_you_mean
 
 ENTRY_POINT_GROUP = "rlplug"
 BUILTIN_PLUGIN = "rlplug"

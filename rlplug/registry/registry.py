@@ -7,10 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from rlplug.errors import ComponentError
+from rlplug.errors import ComponentError, a, did_you_mean, plural
 from rlplug.registry.hookspecs import HOOKS
 from rlplug.registry.schema import Schema
-from rlplug.errors import a, did_you_mean, plural
 
 KINDS = tuple(HOOKS)
 
@@ -21,7 +20,8 @@ def kind_of(word: str) -> str:
     singular = next((w for w in (lowered, lowered.removesuffix("s"), lowered.removesuffix("es")) if w in HOOKS),
                     lowered.removesuffix("s"))
     if singular not in HOOKS:
-        raise ComponentError(f"unknown component kind '{word}'{did_you_mean(singular, KINDS)} ; kinds: {', '.join(KINDS)}")
+        raise ComponentError(f"unknown component kind '{word}'{did_you_mean(singular, KINDS)} ; kinds: "
+                             f"{', '.join(KINDS)}")
     return singular
 
 
@@ -95,12 +95,14 @@ class Registry:
     def _not_found(self, kind: str, name: str, bare: str, plugin: str) -> str:
         elsewhere = [k for k in KINDS if k != kind and any(bare == s.name or bare in s.aliases for s in self.specs[k])]
         if elsewhere:
-            return f"'{name}' is {a(elsewhere[0])}, not {a(kind)}; {plural(kind)}: {', '.join(self.names(kind)) or 'none'}"
+            return (f"'{name}' is {a(elsewhere[0])}, not {a(kind)}; {plural(kind)}: "
+                    f"{', '.join(self.names(kind)) or 'none'}")
         failed = [p for p in self.failures() if p.name == plugin or (not plugin and (kind, bare) in p.names)]
         if failed:
             return f"'{name}' needs plugin '{failed[0].name}', which failed to load: {failed[0].error}"
         known = self.names(kind) + [s.qualified_name for s in self.specs[kind]]
-        message = f"unknown {kind} '{name}'{did_you_mean(name, known)}; {plural(kind)}: {', '.join(self.names(kind)) or 'none'}"
+        message = (f"unknown {kind} '{name}'{did_you_mean(name, known)}; {plural(kind)}: "
+                   f"{', '.join(self.names(kind)) or 'none'}")
         if self.failures():
             message += f" (plugins that failed to load: {', '.join(p.name for p in self.failures())})"
         return message

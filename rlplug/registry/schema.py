@@ -23,9 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union
 
-from rlplug.errors import ParameterError
+from rlplug.errors import ParameterError, did_you_mean
 from rlplug.registry.components import Component
-from rlplug.errors import did_you_mean
 
 #: Parameter names the framework fills in itself when a factory asks for them; a recipe cannot set them.
 CONTEXT_NAMES = {
@@ -59,7 +58,8 @@ class Range:
     def check(self, value: Any) -> str | None:
         rules = [(self.ge, ">=", operator.ge), (self.gt, ">", operator.gt),
                  (self.le, "<=", operator.le), (self.lt, "<", operator.lt)]
-        failed = [f"{symbol} {bound:g}" for bound, symbol, holds in rules if bound is not None and not holds(value, bound)]
+        failed = [f"{symbol} {bound:g}" for bound, symbol, holds in rules
+                  if bound is not None and not holds(value, bound)]
         return f"must be {' and '.join(failed)}, got {value!r}" if failed else None
 
 
@@ -101,7 +101,7 @@ class Schema:
     context: frozenset[str]
 
     @classmethod
-    def of(cls, factory: Callable) -> "Schema":
+    def of(cls, factory: Callable) -> Schema:
         """The schema ``factory``'s signature (or a dataclass's fields) declares; :class:`SchemaError` naming the
         parameter where an annotation cannot be resolved or is not one the schema can check."""
         what = getattr(factory, "__qualname__", repr(factory))
@@ -225,7 +225,8 @@ def without_checks(annotation: Any) -> Any:
 
 def _component_kind(annotation: Any) -> bool:
 
-    options = typing.get_args(annotation) if typing.get_origin(annotation) in (Union, types.UnionType) else (annotation,)
+    union = typing.get_origin(annotation) in (Union, types.UnionType)
+    options = typing.get_args(annotation) if union else (annotation,)
     return any(isinstance(o, type) and issubclass(o, Component) for o in options)
 
 

@@ -29,12 +29,13 @@ from rlplug.core.collect import Collector, array_road_open
 from rlplug.core.collect_together import CollectorsTogether
 from rlplug.core.recurrent import is_recurrent
 from rlplug.core.training import allow_updates, broken_metric, stop_updates
-from rlplug.plugins.algorithms.offpolicy.batched import RETRY
 from rlplug.errors import UserError, reported
+from rlplug.plugins.algorithms.offpolicy.batched import RETRY
 from rlplug.recipe import Recipe
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability, checked_metrics, conform
-from rlplug.run.directory import BATCHED_MARKER as MARKER, ensure_writable, write_atomically
+from rlplug.run.directory import BATCHED_MARKER as MARKER
+from rlplug.run.directory import ensure_writable, write_atomically
 from rlplug.run.schedule import episode_seed, next_multiple
 from rlplug.run.trainer import Run
 
@@ -159,7 +160,7 @@ class BatchedRun:
         return [run.recipe.run.seed for run in self.runs]
 
     @classmethod
-    def build(cls, recipes: list[Recipe], out: Path, note: dict[str, Any] | None = None) -> "BatchedRun":
+    def build(cls, recipes: list[Recipe], out: Path, note: dict[str, Any] | None = None) -> BatchedRun:
         """Every seed's run built into ``out/seed-N`` (each claimed; all given up again if one fails), then
         stacked; ``note`` (what the command line asked) is kept in ``batched.json`` for resume."""
         refuse_unbatchable_recipe(recipes[0])
@@ -179,7 +180,7 @@ class BatchedRun:
             raise
 
     @classmethod
-    def resume(cls, out: Path, overrides: Sequence[str] = ()) -> tuple["BatchedRun | None", dict[str, Any]]:
+    def resume(cls, out: Path, overrides: Sequence[str] = ()) -> tuple[BatchedRun | None, dict[str, Any]]:
         """The seeds of ``out`` rebuilt from their latest checkpoints (:meth:`Run.resume`), a diverged seed left
         stopped; returns it (None when every seed diverged) and ``batched.json``."""
         try:
@@ -208,7 +209,7 @@ class BatchedRun:
             raise
 
     @classmethod
-    def start(cls, runs: list[SeedRun], out: Path) -> "BatchedRun":
+    def start(cls, runs: list[SeedRun], out: Path) -> BatchedRun:
         first = runs[0]
         together = conform(protocols.BatchedUpdate, first.algorithm.batched_update(
             [run.algorithm for run in runs], [run.recipe.run.seed for run in runs]),

@@ -44,7 +44,7 @@ def digest(state: dict[str, Any]) -> str:
         if isinstance(value, torch.Tensor):
             tensor = value.detach().cpu().contiguous()
             sha.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
-            sha.update(tensor.reshape(-1).view(torch.uint8).numpy())
+            sha.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
         elif isinstance(value, dict):
             pending.extend(reversed(value.items()))
         elif isinstance(value, (list, tuple)):
@@ -134,7 +134,10 @@ def check_statistics(saved: dict[str, Any], current: dict[str, Any]) -> None:
 def rng_state() -> dict[str, Any]:
     """Python's, numpy's and torch's random states as tensors and numbers (for ``weights_only`` loading)."""
     _, python_state, _ = random.getstate()
-    _, keys, position, has_gauss, cached = np.random.get_state()
+    state = np.random.get_state(legacy=True)
+    if not isinstance(state, tuple):
+        raise RuntimeError("numpy gave its random state as a dict where legacy=True asks for a tuple")
+    _, keys, position, has_gauss, cached = state
     return {"torch": torch.get_rng_state(), "python": torch.tensor(python_state, dtype=torch.int64),
             "numpy": torch.from_numpy(keys.astype(np.int64)), "numpy_position": int(position),
             "numpy_gauss": (int(has_gauss), float(cached))}
@@ -170,7 +173,8 @@ def load_checkpoint(path: Path, *, allow_unverified: bool = False) -> dict[str, 
                             f"that its data is what was written; if you trust the file, load it with "
                             f"{UNVERIFIED_FLAG}")
         warnings.warn(RlplugWarning(f"{path}: written before checkpoints carried a digest, so its data cannot "
-                                    f"be checked for corruption; it is used as it is (--allow-unverified)"))
+                                    f"be checked for corruption; it is used as it is (--allow-unverified)"),
+                      stacklevel=2)
     elif state.get("digest") != digest(state):
         raise UserError(f"{path}: the checkpoint's data does not match its digest: the file was changed or "
                         f"damaged after it was written; use an earlier one from checkpoints/")

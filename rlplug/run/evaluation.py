@@ -9,11 +9,10 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 from rlplug.core.collect import array_actor_for
 from rlplug.core.envs import build_env
 from rlplug.core.episodes import EpisodeTracker
-from rlplug.core.transformed import env_rewards
 from rlplug.core.recurrent import is_recurrent, with_recurrent_state
+from rlplug.core.transformed import env_rewards
 from rlplug.plugins.envs import MANY_ENVS
 from rlplug.recipe import Recipe
-
 
 
 def build_eval_env(recipe: Recipe, episodes: int | None = None) -> EnvBase:

@@ -32,10 +32,10 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from rlplug.core.acting import ActorView, deterministic_sample
 from rlplug.core.actions import ActionLayout, action_layout
+from rlplug.core.env_members import env_capability
 from rlplug.core.heads import observation_entries, observation_key
 from rlplug.core.recurrent import is_recurrent
 from rlplug.errors import UserError
-from rlplug.core.env_members import env_capability
 from rlplug.registry import protocols
 
 FORMATS = ("onnx", "torchscript")
@@ -92,6 +92,9 @@ class Affine(nn.Module):
     """TorchRL's ObservationNorm on one tensor, its statistics as constants: ``(x - loc) / scale`` (standard
     normal) or ``x * scale + loc``. Its own module since the transform's branch on a tensor flag cannot be
     exported."""
+
+    loc: torch.Tensor
+    scale: torch.Tensor
 
     def __init__(self, norm):
         super().__init__()
@@ -183,6 +186,7 @@ def deployable(run) -> Deployable:
         view = ActorView.of(policy)
     except TypeError:
         view = None
+    actor: nn.Module
     if view is not None and view.categorical:
         actor, outputs = CategoricalPolicy(view), ["action", "logits"]
     elif view is not None:
@@ -258,6 +262,8 @@ def export_onnx(item: Deployable, path: Path) -> Path:
     with exporting():
         onnx_program = torch.onnx.export(program, (item.example,), dynamo=True, input_names=["observation"],
                                          output_names=item.outputs, opset_version=OPSET, verbose=False)
+    if onnx_program is None:
+        raise RuntimeError("torch.onnx.export returned no ONNX program")
     model = onnx_program.model_proto
     for output in model.graph.output:
         output.doc_string = item.info["outputs"].get(output.name, "")

@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,20 +24,27 @@ import tomli_w
 import torch
 from torchrl.envs import EnvBase
 
+from rlplug.core.env_members import as_evaluation_env, close_env, env_statistics
+from rlplug.core.envs import build_env
 from rlplug.core.process import prepare_process, quiet_torchrl, seed_everything
-from rlplug.core.training import (NonFiniteError, all_finite, allow_updates, broken_metric, compile_update,
-                                  stop_updates, storages_of)
+from rlplug.core.training import (
+    NonFiniteError,
+    all_finite,
+    allow_updates,
+    broken_metric,
+    compile_update,
+    stop_updates,
+    storages_of,
+)
 from rlplug.errors import UserError, WorkersLost, reported
 from rlplug.recipe import EVAL_SEED_OFFSET, Recipe, read_toml, validate
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability, checked_metrics, conform
-from rlplug.run.checkpoints import load_checkpoint, rng_state, sealed, set_rng_state, check_statistics, tensors_finite
+from rlplug.run.checkpoints import check_statistics, load_checkpoint, rng_state, sealed, set_rng_state, tensors_finite
 from rlplug.run.directory import Claim, ensure_writable, write_atomically
+from rlplug.run.evaluation import build_eval_env, evaluate
 from rlplug.run.resuming import resumed_recipe
 from rlplug.run.schedule import episode_seed, next_multiple
-from rlplug.core.env_members import as_evaluation_env, close_env, env_statistics
-from rlplug.core.envs import build_env
-from rlplug.run.evaluation import build_eval_env, evaluate
 
 quiet_torchrl()
 
@@ -72,7 +79,7 @@ class Run:
     _recipe_on_disk: dict | None = field(default=None, repr=False)
 
     @classmethod
-    def build(cls, recipe: Recipe, run_dir: Path, *, resuming: bool = False) -> "Run":
+    def build(cls, recipe: Recipe, run_dir: Path, *, resuming: bool = False) -> Run:
         """The recipe built into ``run_dir``, claimed for this run first (:class:`Claim`: a second run on it is
         refused); a new run that fails to build leaves no directory behind."""
         ensure_writable(run_dir)
@@ -84,7 +91,7 @@ class Run:
             raise
 
     @classmethod
-    def _build(cls, recipe: Recipe, run_dir: Path, claim: Claim) -> "Run":
+    def _build(cls, recipe: Recipe, run_dir: Path, claim: Claim) -> Run:
         settings = recipe.run
         prepare_process(settings.num_threads)
         seed_everything(settings.seed)
@@ -141,8 +148,8 @@ class Run:
         trained = False  # until every logger has started: a refusal before then leaves summary.json as it was
         try:
             for logger in recipe.loggers:  # inside the try: one that fails to start still gets the others closed
-                loggers.append(logger.build(run_dir=self.run_dir, total_frames=settings.total_frames, frames=self.frames,
-                                            networks=self.networks()))
+                loggers.append(logger.build(run_dir=self.run_dir, total_frames=settings.total_frames,
+                                            frames=self.frames, networks=self.networks()))
             trained = True
             while self.frames < stop_frames and (stop_episodes is None or tracker.episodes < stop_episodes) \
                     and (stop_iters is None or self.iterations < stop_iters) and self.stop_reason is None:
@@ -228,7 +235,7 @@ class Run:
         self._recipe_on_disk = resolved
 
     @classmethod
-    def resume(cls, run_dir: Path, overrides: Sequence[str] = (), *, allow_unverified: bool = False) -> "Run":
+    def resume(cls, run_dir: Path, overrides: Sequence[str] = (), *, allow_unverified: bool = False) -> Run:
         """The run in ``run_dir``, built from its checkpoint's recipe and state, ready to train on; ``overrides``
         (``--set``) change what trained weights allow (:mod:`rlplug.run.resuming`), and :attr:`changed` names the
         keys they changed. A run killed before its first checkpoint starts over from frame 0 with its recipe."""
@@ -249,7 +256,7 @@ class Run:
     @classmethod
     def from_checkpoint(cls, path: Path, run_dir: Path, *, changes: dict[str, Any] | None = None,
                         overrides: Sequence[str] = (), resuming: bool = False,
-                        allow_unverified: bool = False) -> tuple["Run", dict[str, Any]]:
+                        allow_unverified: bool = False) -> tuple[Run, dict[str, Any]]:
         """The run a checkpoint holds, built from the checkpoint's own recipe into ``run_dir`` and loaded with its
         state (the one way a run is rebuilt: ``rlplug resume``, ``rlplug eval`` and :meth:`rlplug.Agent.load`);
         ``changes`` replace top-level recipe tables' keys first (``{"eval": {"episodes": 5}}``); ``resuming``: in
@@ -321,7 +328,8 @@ class Run:
         """What the NaN check reads: the algorithm's parameters by storage (see :func:`storages_of`), found
         once (loading a checkpoint copies into the same tensors)."""
         if self._parameter_storages is None:
-            parameters = capability(self.algorithm, protocols.Algorithm.parameters) or self.algorithm.policy.parameters()
+            parameters = (capability(self.algorithm, protocols.Algorithm.parameters)
+                          or self.algorithm.policy.parameters())
             self._parameter_storages = storages_of(list(parameters))
         return self._parameter_storages
 
@@ -421,7 +429,7 @@ class Run:
                        "env": self.env_statistics(),
                        "frames": self.frames, "iterations": self.iterations,
                        "episodes": self.collector.tracker.episodes, "train_seconds": self.train_seconds,
-                       "rng": rng_state(), "saved_at": datetime.now(timezone.utc).isoformat()})
+                       "rng": rng_state(), "saved_at": datetime.now(UTC).isoformat()})
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a checkpoint: the same parameters, optimiser, statistics, counters and random

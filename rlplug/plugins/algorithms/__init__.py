@@ -8,11 +8,17 @@ recipe table; see :func:`rlplug.plugins.algorithms.common.factory_for`).
 
 from __future__ import annotations
 
-from rlplug.registry.hookspecs import hookimpl
 from rlplug.plugins.algorithms.common import REPLAY_CONTEXT, factory_for
 from rlplug.plugins.algorithms.offpolicy.config import DDPGConfig, DQNConfig, SACConfig, TD3Config
-from rlplug.plugins.algorithms.onpolicy.config import (A2CConfig, ImpalaConfig, PPOConfig, PPOKLConfig,
-                                                       SurrogateConfig, VPGConfig)
+from rlplug.plugins.algorithms.onpolicy.config import (
+    A2CConfig,
+    ImpalaConfig,
+    PPOConfig,
+    PPOKLConfig,
+    SurrogateConfig,
+    VPGConfig,
+)
+from rlplug.registry.hookspecs import hookimpl
 
 ONPOLICY = "rlplug.plugins.algorithms.onpolicy"
 OFFPOLICY = "rlplug.plugins.algorithms.offpolicy"

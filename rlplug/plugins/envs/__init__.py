@@ -8,10 +8,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from rlplug.errors import UserError
+from rlplug.errors import UserError, did_you_mean
 from rlplug.registry.hookspecs import hookimpl
 from rlplug.registry.schema import Check, Range
-from rlplug.errors import did_you_mean
 
 
 def known_gym_id(env_id: str) -> str | None:
@@ -212,12 +211,13 @@ def make_gym(
 
         warnings.warn(RlplugWarning(f"env.num_envs = {num_envs}: the copies are made and stepped one after another "
                                     f"in this process, so starting takes long and each step is slow; more than "
-                                    f"{MANY_ENVS} is rarely meant"))
+                                    f"{MANY_ENVS} is rarely meant"), stacklevel=2)
     return make_gym_vector_env(
         id, num_envs=num_envs, max_episode_steps=max_episode_steps, make_kwargs=kwargs or {}, device=device,
         wrappers=[(gym_wrapper_class(w.name), dict(w.kwargs)) for w in wrappers],
         flatten_observations=flatten_observations, frame_stack=frame_stack,
-        observation_indices=observation_indices, normalize_observations=normalize_observations, clip_observations=clip_observations,
+        observation_indices=observation_indices, normalize_observations=normalize_observations,
+        clip_observations=clip_observations,
         normalize_rewards=normalize_rewards, reward_gamma=reward_gamma, vectorization=vectorization,
         clip_rewards=clip_rewards, episodic_life=episodic_life, channels_first=channels_first,
     )

@@ -303,7 +303,8 @@ def make_gym_vector_env(env_id: str, *, num_envs: int, max_episode_steps: int | 
                         make_kwargs: dict[str, Any], device: str = "cpu",
                         wrappers: Sequence[tuple[type[gym.Wrapper], Mapping[str, Any]]] = (),
                         flatten_observations: bool = False, frame_stack: int = 1,
-                        observation_indices: Sequence[int] | None = None, normalize_observations: str = "none", clip_observations: float | None = None,
+                        observation_indices: Sequence[int] | None = None, normalize_observations: str = "none",
+                        clip_observations: float | None = None,
                         normalize_rewards: bool = False, reward_gamma: float = 0.99,
                         vectorization: str = "sync", clip_rewards: float | None = None,
                         episodic_life: bool = False, channels_first: bool = False) -> EnvBase:
@@ -316,9 +317,10 @@ def make_gym_vector_env(env_id: str, *, num_envs: int, max_episode_steps: int | 
 
     Each sub-env is ``gym.make(env_id, max_episode_steps=..., **make_kwargs)``, then ``wrappers`` (gymnasium
     wrapper classes with their arguments, all but the env) in order, ``channels_first``, then the observation shaping of
-    :func:`_shape_observations` (``flatten_observations``, ``observation_indices``, ``frame_stack``). The vector env then gets a
-    :class:`VectorStage` (``normalize_observations``, ``clip_observations``, ``normalize_rewards``,
-    ``reward_gamma``, ``clip_rewards``, ``episodic_life``). Problems with the id, the spaces or the options are ``UserError``.
+    :func:`_shape_observations` (``flatten_observations``, ``observation_indices``, ``frame_stack``). The vector env
+    then gets a :class:`VectorStage` (``normalize_observations``, ``clip_observations``, ``normalize_rewards``,
+    ``reward_gamma``, ``clip_rewards``, ``episodic_life``). Problems with the id, the spaces or the options are
+    ``UserError``.
     """
     per_env = [_wrap_with(i, cls, kwargs) for i, (cls, kwargs) in enumerate(wrappers)]
     if channels_first:

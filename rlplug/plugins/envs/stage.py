@@ -217,7 +217,7 @@ games and rewards the env's own.
             final[index], has_final[index] = np.copy(observation[index]), True
         return terminated | lost, {**info, "final_obs": final, "_final_obs": has_final}
 
-    def frozen_transform(self) -> "ObservationTransform | None":
+    def frozen_transform(self) -> ObservationTransform | None:
         """:meth:`_transform` with the current statistics, as a torch module (float32 in and out, float64
         inside, the same numbers as numpy's); None when observations pass unchanged. For exporting a policy."""
         if not self.transforms_observations:
@@ -258,7 +258,9 @@ class ObservationTransform(torch.nn.Module):
     def __init__(self, center: np.ndarray | None = None, *, divisor: np.ndarray | None = None,
                  multiplier: np.ndarray | None = None, clip: float | None = None):
         super().__init__()
-        as_buffer = lambda array: None if array is None else torch.tensor(np.asarray(array, dtype=np.float64))
+        def as_buffer(array):
+            return None if array is None else torch.tensor(np.asarray(array, dtype=np.float64))
+
         self.register_buffer("center", as_buffer(center))
         self.register_buffer("divisor", as_buffer(divisor))
         self.register_buffer("multiplier", as_buffer(multiplier))

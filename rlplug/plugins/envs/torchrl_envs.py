@@ -11,8 +11,17 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 
-from torchrl.envs import (Compose, DoubleToFloat, EnvBase, ParallelEnv, PendulumEnv, SerialEnv, StepCounter,
-                          ToTensorImage, TransformedEnv)
+from torchrl.envs import (
+    Compose,
+    DoubleToFloat,
+    EnvBase,
+    ParallelEnv,
+    PendulumEnv,
+    SerialEnv,
+    StepCounter,
+    ToTensorImage,
+    TransformedEnv,
+)
 
 from rlplug.envs import one_observation
 from rlplug.errors import UserError, did_you_mean

@@ -47,7 +47,9 @@ def make_csv(run_dir, frames: int = 0, filename: Annotated[str, Check(run_file_p
 
 
 def make_wandb(run_dir, frames: int = 0, project: str = "rlplug", entity: str | None = None,
-               group: str | None = None, tags: list[str] = (), name: str | None = None,
+               group: str | None = None,
+               tags: list[str] = (),  # type: ignore[assignment]  # the schema reads it as a list
+               name: str | None = None,
                mode: Literal["offline", "online", "disabled"] | None = None):
     """Weights & Biases: every metric (step = frames), the resolved recipe as config, the summary at the end.
 

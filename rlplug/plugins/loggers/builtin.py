@@ -11,6 +11,7 @@ import csv
 import os
 import time
 from pathlib import Path
+from typing import Literal, TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -46,7 +47,8 @@ class ConsoleLogger:
         now = time.monotonic()
         if "eval_return_mean" in metrics:
             spread = f" +- {metrics['eval_return_std']:.3g}" if "eval_return_std" in metrics else ""
-            print(f"frames {frames}/{self.total_frames}  eval return {metrics['eval_return_mean']:.4g}{spread}", flush=True)
+            print(f"frames {frames}/{self.total_frames}  eval return {metrics['eval_return_mean']:.4g}{spread}",
+                  flush=True)
         elif now - self.last_line >= self.every_seconds or frames >= self.total_frames:
             self.last_line = now
             percent = 100.0 * frames / self.total_frames
@@ -78,7 +80,8 @@ class CSVLogger:
     def __init__(self, path: Path, start_frames: int = 0):
         self.path = Path(path)
         self.columns: list[str] = ["frames"]
-        self.file = None
+        self.file: TextIO | None = None
+        self.writer: csv.DictWriter | None = None
         if self.path.exists():
             rows, self.columns = self.read_rows()
             kept = [row for row in rows if int(float(row["frames"])) <= start_frames]
@@ -115,23 +118,25 @@ class CSVLogger:
     def log(self, metrics: dict[str, float], frames: int) -> None:
         row = {"frames": frames, **metrics}
         new = [key for key in row if key not in self.columns]
-        if new or self.file is None:
+        if new or self.file is None or self.writer is None:
             self.columns += new
-            self._rewrite()
+            self.file, self.writer = self._rewrite()
         self.writer.writerow(row)
         self.file.flush()
 
-    def _rewrite(self) -> None:
+    def _rewrite(self) -> tuple[TextIO, csv.DictWriter]:
+        """The file written anew with the current columns (and the rows so far), opened for the rows to come."""
         rows = []
         if self.file is not None:
             self.file.close()
         if self.path.exists():
             with self.path.open(newline="") as old:
                 rows = list(csv.DictReader(old))
-        self.file = self.path.open("w", newline="")
-        self.writer = csv.DictWriter(self.file, fieldnames=self.columns)
-        self.writer.writeheader()
-        self.writer.writerows(rows)
+        file = self.path.open("w", newline="")
+        writer = csv.DictWriter(file, fieldnames=self.columns)
+        writer.writeheader()
+        writer.writerows(rows)
+        return file, writer
 
     def close(self, summary: dict) -> None:
         if self.file is not None:
@@ -175,7 +180,10 @@ def _wandb_configured_base_url() -> str | None:
     return settings.get("default", "base_url", fallback=None)
 
 
-def wandb_mode(mode: str | None) -> str | None:
+WandbMode = Literal["online", "offline", "disabled"]
+
+
+def wandb_mode(mode: WandbMode | None) -> WandbMode | None:
     """The mode a wandb run starts in: the recipe's when it sets one; else, where ``WANDB_MODE`` is set or
     the user is logged in, None (wandb decides: ``WANDB_MODE``, ``wandb offline``/``wandb online``, online);
     else "offline": without credentials an online run could only fail, after waiting for the server."""
@@ -198,7 +206,7 @@ class WandbLogger:
     """
 
     def __init__(self, run_dir: Path, *, start_frames: int = 0, project: str = "rlplug", entity: str | None = None,
-                 group: str | None = None, tags: tuple[str, ...] | list[str] = (), mode: str | None = None,
+                 group: str | None = None, tags: tuple[str, ...] | list[str] = (), mode: WandbMode | None = None,
                  name: str | None = None):
         import secrets
         import string
@@ -214,17 +222,16 @@ class WandbLogger:
         run_id = previous or "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(8))
         id_file.write_text(run_id + "\n")
         recipe = run_dir / "recipe.toml"
-        options = dict(
-            project=project, entity=entity, group=group, tags=list(tags) or None, name=name or run_dir.name,
-            dir=str(run_dir), config=tomllib.loads(recipe.read_text()) if recipe.exists() else {}, id=run_id,
-            resume="allow" if previous else None,
-            reinit="create_new",  # a run of the user's own, already going, is left alone
-        )
         chosen = wandb_mode(mode)
         if chosen in ("offline", "disabled"):
             _disable_wandb_analytics()
         try:
-            self.run = wandb.init(mode=chosen, **options)
+            self.run = wandb.init(
+                mode=chosen, project=project, entity=entity, group=group, tags=list(tags) or None,
+                name=name or run_dir.name, dir=str(run_dir), id=run_id, resume="allow" if previous else None,
+                config=tomllib.loads(recipe.read_text()) if recipe.exists() else {},
+                reinit="create_new",  # a run of the user's own, already going, is left alone
+            )
         except wandb.Error as error:
             reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise UserError(f"wandb logger: could not start a W&B run ({reason}); check the server can be reached "
@@ -292,8 +299,10 @@ class TensorBoardLogger:
 
         gif, width, height = mp4_as_gif(path)
         image = Summary.Image(height=height, width=width, colorspace=3, encoded_image_string=gif)
-        self.writer.file_writer.add_summary(Summary(value=[Summary.Value(tag="eval_video", image=image)]),
-                                            global_step=frames)
+        file_writer = self.writer.file_writer
+        if file_writer is None:
+            raise RuntimeError("the TensorBoard writer was closed before the video was logged")
+        file_writer.add_summary(Summary(value=[Summary.Value(tag="eval_video", image=image)]), global_step=frames)
 
     def close(self, summary: dict) -> None:
         self.writer.flush()

@@ -141,7 +141,9 @@ def actor_critic(variant: str, summary: str):
         if variant == "td3":
             options.update(policy_noise=settings.target_policy_noise, noise_clip=settings.target_noise_clip)
         if variant == "sac":
-            target = settings.target_entropy if settings.target_entropy is not None else -float(action_size(action_spec, observation_spec))
+            target = settings.target_entropy
+            if target is None:
+                target = -float(action_size(action_spec, observation_spec))
             options.update(alpha_init=settings.initial_entropy_coef, learn_alpha=settings.learn_entropy_coef,
                            target_entropy=target)
         return ActorCriticLoss(networks["policy"], networks["critics"], variant=variant, gamma=settings.gamma,

@@ -39,7 +39,6 @@ from torchrl.objectives import LossModule
 from rlplug.core.acting import ActorView, tensor_function
 from rlplug.core.recurrent import ObservationSequence, is_recurrent, sequence_function
 
-
 Network = TypeVar("Network", bound=nn.Module)
 
 
@@ -105,7 +104,7 @@ class Sample:
     weight: torch.Tensor | None
 
     @classmethod
-    def of(cls, data: TensorDictBase, burn_in: int = 0) -> "Sample":
+    def of(cls, data: TensorDictBase, burn_in: int = 0) -> Sample:
         terminated = data.get(("next", "terminated"))
         weight = data.get("weight", None)
         if "is_init" in data.keys():  # sequences of recurrent networks

@@ -96,10 +96,9 @@ def dqn_loss(networks: dict, settings, action_spec, **values: Any):
     """``DQNLoss`` with the algorithm's Q-network (double DQN as the algorithm says, unless set here), followed by
     TorchRL's ``QValueModule`` (which writes the greedy action and its value, as the loss reads them)."""
     from tensordict.nn import TensorDictSequential
+    from torchrl.data import OneHot
     from torchrl.modules import QValueModule
     from torchrl.objectives import DQNLoss
-
-    from torchrl.data import OneHot
 
     space = "one_hot" if isinstance(action_spec, OneHot) else "categorical"  # the spec's shape has the env's dims
     defaults = {"double_dqn": settings.double, "loss_function": "smooth_l1"}

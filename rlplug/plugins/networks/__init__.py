@@ -45,7 +45,7 @@ def make_mlp(
     action_spec,
     role: str,
     #: sizes of the hidden layers
-    hidden: list[Annotated[int, Range(ge=1)]] = [64, 64],
+    hidden: list[Annotated[int, Range(ge=1)]] = [64, 64],  # noqa: B006 (the schema copies defaults)
     #: the activation after each hidden layer
     activation: Activation = "tanh",
     #: orthogonal initialisation (CleanRL / SB3 gains, zero biases), or torch's default
@@ -149,8 +149,9 @@ def make_cnn(
     """Convolutions over image observations, then hidden layers and the head its role needs.
 
     Every role (policy, value, q_values, q_value and deterministic_policy with Box actions); shared_body
-    shares the convolutions too. Images are read as the env gives them: H x W x C uint8 (gymnasium), channels-first floats (TorchRL's
-    ToTensorImage), grey H x W, stacked frames; scaled to [0, 1] and put channels first inside the network.
+    shares the convolutions too. Images are read as the env gives them: H x W x C uint8 (gymnasium), channels-first
+    floats (TorchRL's ToTensorImage), grey H x W, stacked frames; scaled to [0, 1] and put channels first inside the
+    network.
     With a Dict observation each image entry (2 or more dims) has its own convolutions and the other entries
     join their features before the hidden layers: one network for image-plus-vector observations.
     """
@@ -182,7 +183,7 @@ def recurrent_factory(cell: Literal["lstm", "gru"]):
         #: stacked recurrent layers
         num_layers: Annotated[int, Range(ge=1)] = 1,
         #: sizes of the head's hidden layers, after the recurrent layers
-        hidden: list[Annotated[int, Range(ge=1)]] = [64],
+        hidden: list[Annotated[int, Range(ge=1)]] = [64],  # noqa: B006 (the schema copies defaults)
         #: the activation after each of the head's hidden layers
         activation: Activation = "relu",
         #: the head's initialisation: orthogonal (CleanRL / SB3 gains, zero biases; the actor's output layer
@@ -194,7 +195,8 @@ def recurrent_factory(cell: Literal["lstm", "gru"]):
 
         _refuse_entries(cell, observation_spec)
         return make_recurrent(cell, observation_spec=observation_spec, action_spec=action_spec, role=role,
-                              hidden_size=hidden_size, num_layers=num_layers, head_layers=hidden_layers(hidden, activation),
+                              hidden_size=hidden_size, num_layers=num_layers,
+                              head_layers=hidden_layers(hidden, activation),
                               init=init, device=device)
 
     make.__name__ = make.__qualname__ = f"make_{cell}"

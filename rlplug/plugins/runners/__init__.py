@@ -1,6 +1,7 @@
 """Runners: where a run's experience is collected, in this process (``local``) or on Ray workers (``ray``).
 Factories import torch, TorchRL and Ray only when built, so listing and validating stay quick and work
-without Ray installed. What a runner and the collector it gives must provide: :class:`rlplug.registry.protocols.Runner`."""
+without Ray installed. What a runner and the collector it gives must provide:
+:class:`rlplug.registry.protocols.Runner`."""
 
 from __future__ import annotations
 

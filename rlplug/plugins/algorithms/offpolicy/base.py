@@ -41,8 +41,14 @@ from rlplug.core.training import MetricMean, compile_in_place, summed, updates_s
 from rlplug.errors import RlplugWarning, UserError
 from rlplug.networks import is_discrete, observation_key
 from rlplug.plugins.algorithms.offpolicy.config import ActorCriticConfig, OffPolicyConfigs
-from rlplug.plugins.algorithms.offpolicy.parts import (EpisodeLabels, Learners, RandomActions, behind_preprocessor,
-                                                      build_network, mixed_precision_context)
+from rlplug.plugins.algorithms.offpolicy.parts import (
+    EpisodeLabels,
+    Learners,
+    RandomActions,
+    behind_preprocessor,
+    build_network,
+    mixed_precision_context,
+)
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability
 
@@ -216,7 +222,7 @@ class OffPolicy:
         if frames_before == 0 and self.config.learning_starts > self.total_frames:  # a short trial may mean it
             warnings.warn(RlplugWarning(f"algorithm.learning_starts = {self.config.learning_starts} is beyond "
                                         f"run.total_frames = {self.total_frames}: no gradient step will be taken, so "
-                                        f"nothing is learned; lower it or raise run.total_frames"))
+                                        f"nothing is learned; lower it or raise run.total_frames"), stacklevel=2)
         self.frames += batch.numel()
         self.store(batch)
         result = self.follow_schedules()
@@ -233,7 +239,7 @@ class OffPolicy:
         if td_error is not None and "index" in sample.keys():
             self.replay.update_priority(sample.get("index"), td_error)
 
-    def batched_update(self, algorithms: list["OffPolicy"], seeds: list[int]):
+    def batched_update(self, algorithms: list[OffPolicy], seeds: list[int]):
         """Seeds trained together (:class:`~rlplug.plugins.algorithms.offpolicy.batched.OffPolicyTogether`)."""
         from rlplug.plugins.algorithms.offpolicy.batched import OffPolicyTogether
 

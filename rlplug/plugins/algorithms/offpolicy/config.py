@@ -19,8 +19,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeAlias
 
-from rlplug.plugins.algorithms.common import (OPTIMIZERS, SCHEDULES, Count, Fraction, Frames, NonNegative,
-                                              Positive, Rate, loss_fits, named, rate_problem)
+from rlplug.plugins.algorithms.common import (
+    OPTIMIZERS,
+    SCHEDULES,
+    Count,
+    Fraction,
+    Frames,
+    NonNegative,
+    Positive,
+    Rate,
+    loss_fits,
+    named,
+    rate_problem,
+)
 from rlplug.registry.components import Loss, Network, Noise, Preprocessor, ReplayBuffer
 from rlplug.registry.schema import Check
 

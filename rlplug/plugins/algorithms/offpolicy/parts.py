@@ -17,10 +17,16 @@ from torchrl.envs.utils import ExplorationType, exploration_type
 from torchrl.modules import ProbabilisticActor
 
 from rlplug.core.acting import ActorView
-from rlplug.core.training import (FlatParameters, NonFiniteError, clip_and_step, load_optimiser_state, make_optimizer,
-                                  scheduled_lr, set_learning_rate)
+from rlplug.core.training import (
+    FlatParameters,
+    NonFiniteError,
+    clip_and_step,
+    load_optimiser_state,
+    make_optimizer,
+    scheduled_lr,
+    set_learning_rate,
+)
 from rlplug.errors import UserError
-
 
 # -- networks behind the preprocessor ---------------------------------------------------------------------
 

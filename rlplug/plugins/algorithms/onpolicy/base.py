@@ -23,9 +23,19 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
 from rlplug.core.acting import ActorView, tensor_function
-from rlplug.core.training import (FlatParameters, MetricMean, clip_and_step, compile_in_place, load_optimiser_state,
-                                  make_optimizer, optimiser_step, scheduled_lr, set_learning_rate, summed,
-                                  updates_stopped)
+from rlplug.core.training import (
+    FlatParameters,
+    MetricMean,
+    clip_and_step,
+    compile_in_place,
+    load_optimiser_state,
+    make_optimizer,
+    optimiser_step,
+    scheduled_lr,
+    set_learning_rate,
+    summed,
+    updates_stopped,
+)
 from rlplug.errors import UserError
 from rlplug.networks import share_body
 from rlplug.plugins.algorithms.onpolicy.config import OnPolicyConfig
@@ -124,7 +134,7 @@ class OnPolicy:
             self.refresh_targets(1.0)
         return lr
 
-    def prepare(self, batch: TensorDictBase, minibatch_size: int) -> "Prepared":
+    def prepare(self, batch: TensorDictBase, minibatch_size: int) -> Prepared:
         """The estimates for ``batch``, then the flat tensors the loss reads, under TorchRL's keys (the
         observation, ``action``, the log-probability, ``advantage``, ``value_target``, ``state_value``). Ray's
         gradient workers prepare their own share of a batch the same way."""
@@ -208,7 +218,7 @@ class OnPolicy:
             for p in self.parameters:
                 p.grad = torch.zeros_like(p)
 
-    def batched_update(self, algorithms: list["OnPolicy"], seeds: list[int]):
+    def batched_update(self, algorithms: list[OnPolicy], seeds: list[int]):
         """The seeds' copies of this algorithm learning together (``--seeds --batched``)."""
         from rlplug.plugins.algorithms.onpolicy.batched import OnPolicyTogether
 

@@ -91,7 +91,7 @@ class OnPolicyConfig:
         if self.minibatch_size > self.frames_per_batch:
             warnings.warn(RlplugWarning(f"algorithm.minibatch_size = {self.minibatch_size} is larger than the batch "
                                         f"(frames_per_batch = {self.frames_per_batch}): each minibatch is the whole "
-                                        f"batch"))
+                                        f"batch"), stacklevel=2)
         return self.minibatch_size
 
 

@@ -7,8 +7,8 @@ surrogate's importance ratio).
 
 from __future__ import annotations
 
-from rlplug.plugins.algorithms.onpolicy.config import VPGConfig
 from rlplug.plugins.algorithms.onpolicy.base import OnPolicy
+from rlplug.plugins.algorithms.onpolicy.config import VPGConfig
 
 
 class VPG(OnPolicy):

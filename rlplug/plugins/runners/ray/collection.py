@@ -17,8 +17,13 @@ from rlplug.core.transformed import env_rewards
 from rlplug.errors import UserError, WorkersLost
 from rlplug.plugins.runners.ray.cluster import check_resources, connect_ray, lost_errors, ray_module
 from rlplug.plugins.runners.ray.gradients import GradientWorkerSpec, gradient_mode_problem, gradient_update
-from rlplug.plugins.runners.ray.worker import (WORKER_KEY, EnvMaker, standalone_copy, weights_updater_class,
-                                              worker_collector_class)
+from rlplug.plugins.runners.ray.worker import (
+    WORKER_KEY,
+    EnvMaker,
+    standalone_copy,
+    weights_updater_class,
+    worker_collector_class,
+)
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability
 

@@ -47,7 +47,7 @@ class GradientWorkerSpec:
     recipe: Any
     workers: int
 
-    def build(self, env) -> "GradientWorker":
+    def build(self, env) -> GradientWorker:
         run = self.recipe.run
         algorithm = self.recipe.algorithm.build(observation_spec=env.observation_spec, action_spec=env.action_spec,
                                                 device="cpu", seed=run.seed, total_frames=run.total_frames)
@@ -69,9 +69,9 @@ class GradientWorker:
         algorithm.before_update(progress)
         prepared = self.prepared = algorithm.prepare(batch, worker_minibatch(algorithm, self.workers))
         variance = prepared.explained_variance
+        explained = torch.full(batch.batch_size, math.nan if variance is None else variance, dtype=torch.float64)
         return TensorDict({"next": {"reward": env_rewards(batch), "done": batch.get(("next", "done"))},
-                           "explained_variance": torch.full(batch.batch_size, math.nan if variance is None else variance,
-                                                            dtype=torch.float64)},
+                           "explained_variance": explained},
                           batch_size=batch.batch_size)
 
     def step(self, step: int) -> TensorDictBase:
