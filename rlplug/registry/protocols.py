@@ -379,7 +379,15 @@ class Loss(Protocol):
 
     @optional
     def update_targets(self, tau: float) -> None:
-        """Move the target networks towards the online ones: ``target = (1 - tau) target + tau online``."""
+        """Move the target networks towards the online ones: ``target = (1 - tau) target + tau online``. An
+        off-policy loss defines it, or declares ``no_targets``."""
+
+    @property
+    @optional
+    def no_targets(self) -> bool:
+        """True for an off-policy loss that keeps no target networks (CrossQ's): it need not define
+        ``update_targets``, and one without either is refused as a plugin's mistake (its targets would stay
+        frozen)."""
 
 
 class Transform(Protocol):

@@ -23,6 +23,7 @@ class ActorCritic(OffPolicy):
     """An actor (``actor_role``) and ``critics`` Q-networks of (observation, action)."""
 
     config: ActorCriticConfigs
+    learner_names: tuple[str, ...] = ("actor", "critic")
 
     critics = 1
     actor_role = "deterministic_policy"

@@ -41,6 +41,7 @@ from rlplug.core.training import MetricMean, compile_in_place, summed, updates_s
 from rlplug.errors import RlplugWarning, UserError
 from rlplug.networks import is_discrete, observation_key
 from rlplug.plugins.algorithms.offpolicy.config import ActorCriticConfig, OffPolicyConfigs
+from rlplug.plugins.algorithms.offpolicy.contract import check_loss_contract, check_state_kept
 from rlplug.plugins.algorithms.offpolicy.parts import (
     EpisodeLabels,
     Learners,
@@ -99,13 +100,10 @@ class OffPolicy:
             networks=self.trained_networks(), settings=config, observation_spec=observation_spec,
             action_spec=action_spec, device=device,
         ), config.loss.title)
-        for member in (protocols.Loss.parameter_groups, protocols.Loss.term_learners):
-            if protocols.capability(self.loss_module, member) is None:
-                raise protocols.ContractError(f"{config.loss.title}: an off-policy loss needs "
-                                              f"'{protocols.optional_name(member)}' "
-                                              f"(which optimiser each of its terms trains); this is the plugin's "
-                                              f"mistake: tell its author")
+        check_loss_contract(self.loss_module, config.loss.title, type(self).__name__.lower(), self.learner_names)
         self.update_targets = protocols.capability(self.loss_module, protocols.Loss.update_targets)
+        #: the loss's state as built: a key that appears in training would make every checkpoint unloadable
+        self.loss_state_keys = set(self.loss_module.state_dict())
         # recurrent layers keep their weights where cuDNN wants them: no flat parameters for them
         self.learners = Learners(self.loss_module.parameter_groups, self.learning_rates(), config, device,
                                  flat=not self.sequences)
@@ -118,6 +116,10 @@ class OffPolicy:
         self.steps = 0  # gradient steps taken
 
     # -- what algorithms define -----------------------------------------------------------------------
+
+    #: the learners (optimisers) this algorithm has, each with its learning rate: the names a loss's
+    #: ``parameter_groups`` and ``term_learners`` may use
+    learner_names: tuple[str, ...] = ()
 
     def check_actions(self, action_spec) -> None:
         if (self.actions == "discrete") != is_discrete(action_spec):
@@ -213,6 +215,8 @@ class OffPolicy:
                 break
             self.gradient_step(sample, metrics)
             self.steps += 1
+            if self.steps == 1:
+                check_state_kept(self.loss_module, self.loss_state_keys, self.config.loss.title)
             self.new_priorities(sample, sample.get("td_error", None))
         return {**result, **metrics.means(), **self.extra_metrics()}
 

@@ -58,6 +58,7 @@ def linear_schedule(start: float, end: float, fraction: float, progress: float) 
 class DQN(OffPolicy):
     config: DQNConfig
     actions = "discrete"
+    learner_names = ("q",)
 
     def check_actions(self, action_spec) -> None:
         super().check_actions(action_spec)

@@ -17,6 +17,7 @@ class SAC(ActorCritic):
     config: SACConfig
     critics = 2
     actor_role = "policy"
+    learner_names = ("actor", "critic", "entropy")
 
     def learning_rates(self) -> dict[str, float]:
         rates = super().learning_rates()
