@@ -191,7 +191,7 @@ def test_plot_writes_a_png_with_seeds_grouped(runs, tmp_path):
 
 def test_plot_runs_function(runs, tmp_path):
     """What ``run --seeds`` calls; a directory of runs stands for its runs; recipes apart from the seed group."""
-    from rlplug.cli.plot import expand_run_dirs, group_runs, plot_runs, read_runs
+    from rlplug.run.curves import expand_run_dirs, group_runs, plot_runs, read_runs
 
     seeds = tmp_path / "seeds"
     seeds.mkdir()

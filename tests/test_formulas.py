@@ -146,7 +146,7 @@ def planted_env_plugin() -> str:
     """A plugin registering the gymnasium id ``PlantedReturn-v0``: one-step episodes whose reward is
     ``PLANTED[run seed]`` in that run's evaluation (reset with seed ``run.seed + EVAL_SEED_OFFSET``), 0 in
     training."""
-    from rlplug.run.evaluation import EVAL_SEED_OFFSET
+    from rlplug.recipe import EVAL_SEED_OFFSET
 
     return f"""
 import gymnasium

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import json
 import signal
 import sys
 from pathlib import Path
@@ -133,81 +132,19 @@ def parse_seeds(text: str) -> list[int]:
 
 def run_seeds(args: argparse.Namespace) -> int:
     """One run per seed, one after another (or together, ``--batched``), under one directory; then the
-    aggregate and one plot."""
+    aggregate and one plot (:func:`rlplug.run.seeds.train_seeds`)."""
     from rlplug import recipe as recipes
 
     seeds = parse_seeds(args.seeds)
     if any(o.strip().startswith("run.seed") for o in args.overrides):
         raise UserError("--seeds and --set run.seed both choose seeds; give one of them")
     recipe_by_seed = {seed: recipes.load(args.recipe, [*args.overrides, f"run.seed={seed}"]) for seed in seeds}
-    from rlplug.run.directory import check_run_dir, default_run_dir
-
-    out = args.out or default_run_dir(args.recipe)
-    check_run_dir(out)
-    if args.batched:
-        return run_batched(args, list(recipe_by_seed.values()), out)
-    from rlplug.run.trainer import Run
-
-    for index, (seed, recipe) in enumerate(recipe_by_seed.items()):
-        print(f"seed {seed} ({index + 1} of {len(seeds)})", flush=True)
-        status = train_until_done_or_stopped(Run.build(recipe, out / f"seed-{seed}"))
-        if status:
-            return status
-    write_aggregate(out, seeds, recipe_by_seed[seeds[0]], args.gap_threshold)
-    return 0
-
-
-def run_batched(args: argparse.Namespace, recipes: list, out: Path) -> int:
-    """``--seeds --batched``: every seed's run built, trained together, then the same aggregate and plot."""
     with long_lived_objects():
-        from rlplug.run.batched import BatchedRun
+        from rlplug.run.directory import default_run_dir
+        from rlplug.run.seeds import train_seeds
 
-        try:
-            batched = BatchedRun.build(recipes, out, {"gap_threshold": args.gap_threshold})
-        except UserError as error:
-            raise error.located(file=str(args.recipe)) from None
-    return train_batched(batched, args.gap_threshold)
-
-
-def train_batched(batched, gap_threshold: float | None) -> int:
-    """Train seeds together until done or stopped; the aggregate over the seeds that did not diverge."""
-    status = train_until_done_or_stopped(batched)
-    if status:
-        return status
-    finished = [seed for seed in batched.seeds if seed not in batched.diverged]
-    if finished:
-        write_aggregate(batched.out, finished, batched.runs[0].recipe, gap_threshold)
-    if batched.diverged:
-        raise UserError(f"{batched.out}: seed{'s' if len(batched.diverged) > 1 else ''} "
-                        f"{', '.join(map(str, batched.diverged))} diverged (stopped alone, the last good checkpoint "
-                        f"kept in seed-N/; each one's line is above); "
-                        + (f"the aggregate is over the {len(finished)} others" if finished else "no aggregate"))
-    return 0
-
-
-def write_aggregate(out: Path, seeds: list[int], recipe, gap_threshold: float | None) -> None:
-    """``aggregate.json`` over the final eval returns of ``out/seed-N`` and the curves in ``curve.png``."""
-    from rlplug.run.statistics import aggregate_returns, describe_aggregate, reward_threshold
-
-    summaries = {seed: json.loads((out / f"seed-{seed}" / "summary.json").read_text()) for seed in seeds}
-    threshold = gap_threshold if gap_threshold is not None else reward_threshold(env_id(recipe))
-    aggregate = aggregate_returns({seed: s["eval_return_mean"] for seed, s in summaries.items()},
-                                  gap_threshold=threshold)
-    (out / "aggregate.json").write_text(json.dumps(aggregate, indent=2) + "\n")
-    from rlplug.cli.plot import plot_runs
-
-    try:
-        curves = f"; curves in {plot_runs([out / f'seed-{seed}' for seed in seeds], out / 'curve.png')}"
-    except UserError as error:  # runs too short to have finished an episode: the numbers still stand
-        curves = f" (no plot: {error})"
-    print(f"eval return over {len(seeds)} seeds: {describe_aggregate(aggregate)}; std {aggregate['std']:.4g}; "
-          f"per seed in {out / 'aggregate.json'}{curves}")
-
-
-def env_id(recipe) -> str | None:
-    """The gymnasium id a recipe's env names, if it names one."""
-    value = recipe.env.params.get("id")
-    return value if isinstance(value, str) else None
+    return train_seeds(recipe_by_seed, args.out or default_run_dir(args.recipe), batched=args.batched,
+                       gap_threshold=args.gap_threshold, train=train_until_done_or_stopped, file=str(args.recipe))
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -243,7 +180,9 @@ def resume_batched(args: argparse.Namespace) -> int:
         return 0
     print(f"resuming {args.run_dir} (seeds {', '.join(map(str, batched.seeds))}, together) at frame "
           f"{batched.frames} of {total}", flush=True)
-    return train_batched(batched, note.get("gap_threshold"))
+    from rlplug.run.seeds import train_batched
+
+    return train_batched(batched, note.get("gap_threshold"), train_until_done_or_stopped)
 
 
 def stopped_by(error: OSError, run) -> UserError:

@@ -5,9 +5,7 @@ them and skipped where it has not (a capability: running statistics, an array st
 code reads them with :func:`capability`, never by probing names of its own. Every other member is required:
 when a factory returns an object without one, :func:`conform` stops the run before training with one line
 naming the component, its plugin and the member. The hookspecs (:mod:`rlplug.registry.hookspecs`) point here.
-
-Only typing is imported: signatures name torch and TorchRL types as strings.
-"""
+Only typing is imported: signatures name torch and TorchRL types as strings."""
 
 from __future__ import annotations
 
@@ -379,15 +377,12 @@ class Loss(Protocol):
 
     @optional
     def update_targets(self, tau: float) -> None:
-        """Move the target networks towards the online ones: ``target = (1 - tau) target + tau online``. An
-        off-policy loss defines it, or declares ``no_targets``."""
+        """``target = (1 - tau) target + tau online``; an off-policy loss defines it or declares ``no_targets``."""
 
     @property
     @optional
     def no_targets(self) -> bool:
-        """True for an off-policy loss that keeps no target networks (CrossQ's): it need not define
-        ``update_targets``, and one without either is refused as a plugin's mistake (its targets would stay
-        frozen)."""
+        """True for an off-policy loss that keeps no target networks (CrossQ's); one with neither is refused."""
 
 
 class Transform(Protocol):
@@ -424,8 +419,7 @@ def conform(protocol: type, value: Any, what: str) -> Any:
 
 
 def optional_name(member: Callable, protocol: type | None = None) -> str:
-    """The attribute name of the optional protocol ``member`` (of ``protocol``, when given); a TypeError for
-    anything else, a mistake in rlplug's own code."""
+    """The attribute name of the optional ``member`` (of ``protocol``); a TypeError (rlplug's bug) for others."""
     function = member.fget if isinstance(member, property) else member
     if not getattr(function, "__rlplug_optional__", False) or (
             protocol is not None and not function.__qualname__.startswith(f"{protocol.__name__}.")):
@@ -435,15 +429,13 @@ def optional_name(member: Callable, protocol: type | None = None) -> str:
 
 
 def capability(value: Any, member: Callable) -> Any:
-    """The optional protocol ``member`` (e.g. ``Collector.metrics``) of ``value``, bound, or None where
-    ``value`` does not have it."""
+    """The optional protocol ``member`` (``Collector.metrics``, say) of ``value``, bound, or None without it."""
     return getattr(value, optional_name(member), None)
 
 
 def has_member(value: Any, member: Callable) -> bool:
     """Whether ``value`` has the optional protocol ``member`` (for members that may hold a false value)."""
-    function = member.fget if isinstance(member, property) else member
-    return hasattr(value, function.__name__)
+    return hasattr(value, optional_name(member))
 
 
 def checked_metrics(metrics: Any, what: str) -> dict[str, float]:

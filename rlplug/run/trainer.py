@@ -2,8 +2,7 @@
 
 Everything that can fail because of the user's input is checked before the run directory exists, so a
 bad recipe leaves nothing behind; once training starts, whatever happens, the loggers are closed and
-``summary.json`` says how the run ended.
-"""
+``summary.json`` says how the run ended."""
 
 from __future__ import annotations
 
@@ -319,8 +318,7 @@ class Run:
         return networks() if networks else {"policy": self.algorithm.policy}
 
     def request_stop(self, reason: str) -> None:
-        """Stop after the current gradient step (the update ends there), with a checkpoint (safe to call from a
-        signal handler)."""
+        """Stop after the current gradient step, with a checkpoint (safe to call from a signal handler)."""
         self.stop_reason = reason
         stop_updates()
 

@@ -222,8 +222,10 @@ class Objective:
                 raise optuna().TrialPruned()
             self.say(f"trial {trial.number}: frame {frames}: {what} {value:.4g}")
         if seeds is not None:
+            from rlplug.run.seeds import write_aggregate  # as ``rlplug run --seeds`` writes it, without the plot
+
             write_aggregate(directory, {seed: mean(run.eval_returns) for seed, run in runs.items()
-                                        if seed is not None}, recipe)
+                                        if seed is not None}, recipe, None, plot=False)
         return value
 
 
@@ -242,15 +244,6 @@ def score(returns: list[float]) -> float:
 
     _, metrics = rliable()
     return float(metrics.aggregate_iqm(np.asarray(returns, dtype=float).reshape(-1, 1)))
-
-
-def write_aggregate(directory: Path, returns: dict[int, float], recipe) -> None:
-    """aggregate.json of a trial over seeds, as ``rlplug run --seeds`` writes it."""
-    from rlplug.run.statistics import aggregate_returns, reward_threshold
-
-    env_id = recipe.env.params.get("id")
-    aggregate = aggregate_returns(returns, gap_threshold=reward_threshold(env_id if isinstance(env_id, str) else None))
-    (directory / "aggregate.json").write_text(json.dumps(aggregate, indent=2) + "\n")
 
 
 def stop_when_orphaned(parent: int):
