@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -77,6 +78,38 @@ def rlplug_cli(*args: str, path: Path | None = None, timeout: float = 60, **env:
     if path is not None:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(path), os.environ.get("PYTHONPATH")]))
     return run_cli(*args, env=env, timeout=timeout)
+
+
+#: A short run's flags: 1024 frames, checkpoints at 512 and 1024, one evaluation episode at the end.
+SHORT = ["--set", "run.total_frames=1024", "--set", "run.checkpoint_every_frames=512", "--set", "eval.every_frames=0",
+         "--set", "eval.episodes=1"]
+
+
+def trained_run(tmp_path_factory, name: str, *flags: str) -> Path:
+    """A finished short run (:data:`SHORT`) of the canonical recipe with ``flags``; tests work on copies of it
+    (:func:`copied_run`), so a module trains it once."""
+    out = tmp_path_factory.mktemp(name) / "run"
+    result = run_cli("run", str(CANONICAL), "--out", str(out), *SHORT, *flags)
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def copied_run(run: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    return copy
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """A short run trained once per test module that asks for it (:func:`trained_run`)."""
+    return trained_run(tmp_path_factory, "trained")
+
+
+@pytest.fixture
+def run_dir(trained, tmp_path) -> Path:
+    """A test's own copy of :func:`trained`."""
+    return copied_run(trained, tmp_path)
 
 
 _module_ids = itertools.count()

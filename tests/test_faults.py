@@ -9,7 +9,6 @@ import json
 import os
 import re
 import resource
-import shutil
 import signal
 import struct
 import subprocess
@@ -20,32 +19,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import CANONICAL, ROOT, run_cli
+from conftest import CANONICAL, ROOT, SHORT, run_cli
 from test_cli import assert_user_error
 from test_reliability import wait_for
 
 #: Whole runs and subprocesses: the full suite's, not the fast tier's.
 pytestmark = pytest.mark.slow
-
-SHORT = ["--set", "run.total_frames=1024", "--set", "run.checkpoint_every_frames=512", "--set", "eval.every_frames=0",
-         "--set", "eval.episodes=1"]
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> Path:
-    """A finished run of 1024 frames with checkpoints at 512 and 1024; tests work on copies of it."""
-    out = tmp_path_factory.mktemp("trained") / "run"
-    result = run_cli("run", str(CANONICAL), "--out", str(out), *SHORT)
-    assert result.returncode == 0, result.stderr
-    return out
-
-
-@pytest.fixture
-def run_dir(trained, tmp_path) -> Path:
-    copy = tmp_path / "run"
-    shutil.copytree(trained, copy)
-    return copy
-
 
 def cli_with(*args: str, file_size: int | None = None, extra_env: dict | None = None) -> subprocess.CompletedProcess:
     """``python -m rlplug ARGS``; ``file_size``: no file may grow beyond that many bytes (writes fail EFBIG)."""

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,35 +17,18 @@ import torch
 from conftest import (
     CANONICAL,
     ROOT,
+    SHORT,
     cli_environment,
+    copied_run,
     one_line_error,
     run_cli,
     start_cli,
+    trained_run,
     wait_for,
 )
 
 #: Whole runs and subprocesses: the full suite's, not the fast tier's.
 pytestmark = pytest.mark.slow
-
-SHORT = ["--set", "run.total_frames=1024", "--set", "run.checkpoint_every_frames=512", "--set", "eval.every_frames=0",
-         "--set", "eval.episodes=1"]
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> Path:
-    """A finished run of 1024 frames with checkpoints at 512 and 1024; tests work on copies of it."""
-    out = tmp_path_factory.mktemp("trained") / "run"
-    result = run_cli("run", str(CANONICAL), "--out", str(out), *SHORT)
-    assert result.returncode == 0, result.stderr
-    return out
-
-
-@pytest.fixture
-def run_dir(trained, tmp_path) -> Path:
-    copy = tmp_path / "run"
-    shutil.copytree(trained, copy)
-    return copy
-
 
 def snapshot(directory: Path) -> dict[str, bytes]:
     return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
@@ -187,18 +169,13 @@ VEC_NORM = ["--set", "env.transforms=[{use='VecNorm'}]"]
 
 @pytest.fixture(scope="module")
 def vec_norm_trained(tmp_path_factory) -> Path:
-    """A finished run of 1024 frames whose observations go through VecNorm."""
-    out = tmp_path_factory.mktemp("vec_norm") / "run"
-    result = run_cli("run", str(CANONICAL), "--out", str(out), *SHORT, *VEC_NORM)
-    assert result.returncode == 0, result.stderr
-    return out
+    """A finished short run whose observations go through VecNorm."""
+    return trained_run(tmp_path_factory, "vec_norm", *VEC_NORM)
 
 
 @pytest.fixture
 def vec_norm_run(vec_norm_trained, tmp_path) -> Path:
-    copy = tmp_path / "run"
-    shutil.copytree(vec_norm_trained, copy)
-    return copy
+    return copied_run(vec_norm_trained, tmp_path)
 
 
 def vec_norm_statistics(state) -> dict:
