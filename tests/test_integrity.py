@@ -351,7 +351,7 @@ def test_an_exported_policy_acts_as_the_run_does_with_vec_norm(vec_norm_trained,
     from torchrl.envs.utils import ExplorationType, set_exploration_type
 
     import rlplug
-    from rlplug.core.envs import as_evaluation_env
+    from rlplug.core.env_members import as_evaluation_env
 
     output = tmp_path / "policy.onnx"
     result = run_cli("export", str(vec_norm_trained), "-o", str(output))
