@@ -144,12 +144,12 @@ class Run:
         summary: dict[str, Any] = {"status": "failed"}
         self.stop_reason = None
         allow_updates()
-        trained = False  # until every logger has started: a refusal before then leaves summary.json as it was
+        loggers_started = False  # a refusal before then (a resume's metrics.csv) leaves summary.json as it was
         try:
             for logger in recipe.loggers:  # inside the try: one that fails to start still gets the others closed
                 loggers.append(logger.build(run_dir=self.run_dir, total_frames=settings.total_frames,
                                             frames=self.frames, networks=self.networks()))
-            trained = True
+            loggers_started = True
             while self.frames < stop_frames and (stop_episodes is None or tracker.episodes < stop_episodes) \
                     and (stop_iters is None or self.iterations < stop_iters) and self.stop_reason is None:
                 batch = self.collector.collect()
@@ -202,7 +202,7 @@ class Run:
                 self.collector.shutdown()
             summary.update(self.summary())
             with reported(failing, "summary.json was not written"):  # on a full disk, say
-                if trained:
+                if loggers_started:
                     write_atomically(self.run_dir / "summary.json", (json.dumps(summary, indent=2) + "\n").encode())
             for logger in loggers:
                 with reported(failing, "a logger did not close cleanly"):
@@ -281,11 +281,7 @@ class Run:
         run.changed = changed
         try:
             check_statistics(state["env"], run.env_statistics())
-            run.load_state_dict(state)
-            if not run.finite(state):
-                raise UserError("its network parameters or normalisation statistics are not all finite (NaN or "
-                                "infinity), so nothing can be learned or evaluated from it; use an earlier one from "
-                                "checkpoints/")
+            run.load_state_dict(state)  # its numbers were all found finite when it was read (load_checkpoint)
         except UserError as error:
             run.close(abandon=True)
             raise UserError(f"{path}: {error}") from error
