@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
 import os
 import subprocess
 import sys
@@ -252,15 +251,13 @@ def report(study, study_spec) -> None:
 def writing(out: Path, what: Path | str):
     """A write in ``out`` that fails (a read-only path, a full disk) as one line naming ``what``, not the
     temporary file it went through, and saying what to do for this tune."""
+    from rlplug.run.directory import NO_SPACE, remedy
     from rlplug.run.tune import DATABASE
 
     try:
         yield
     except OSError as error:
-        if error.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
-            todo = "free some space"
-        else:
-            todo = "make it writable, or give an --out you can write to"
+        todo = remedy(error) if error.errno in NO_SPACE else f"{remedy(error)}, or give an --out you can write to"
         kept = (f", then run the same tune again: the finished trials are kept in {out / DATABASE}"
                 if (out / DATABASE).is_file() else "")
         raise UserError(f"--out {out}: cannot write {what}: {error.strerror or error}; {todo}{kept}") from None

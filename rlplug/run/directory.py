@@ -115,9 +115,13 @@ def ensure_writable(run_dir: Path) -> None:
         raise UserError(f"--out {run_dir}: cannot write to {existing}; choose a directory you can write to")
 
 
+#: The causes of a failed write that more space would cure.
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
 def remedy(error: OSError) -> str:
     """What to do about a failed write, by its cause: the advice a one-line message gives."""
-    if error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+    if error.errno in NO_SPACE:
         return "free some space"
     if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return "make it writable"
