@@ -151,15 +151,7 @@ total_frames = 4096
 [env]
 use = "pixels-and-vector"
 num_envs = 4
-[algorithm]
-use = "dqn"
-learning_starts = 256
-batch_size = 64
-target_update_interval = 256
-exploration_fraction = 0.3
-gamma = 0.5
-lr = 1e-3
-q_network = {use = "cnn"}
+''' + toy_spaces.DQN_IMAGE_AND_VECTOR + '''
 [eval]
 episodes = 20
 [[loggers]]

@@ -271,17 +271,7 @@ def test_cli_ppo_learns_where_the_bright_pixel_is(tmp_path, install):
 
 @pytest.mark.slow
 def test_cli_dqn_learns_from_an_image_and_a_vector_together(tmp_path, install):
-    summary = learn(tmp_path, install, DICT, """
-        [algorithm]
-        use = "dqn"
-        learning_starts = 256
-        batch_size = 64
-        target_update_interval = 256
-        exploration_fraction = 0.3
-        gamma = 0.5
-        lr = 1e-3
-        q_network = {use = "cnn"}
-    """, num_envs=4)
+    summary = learn(tmp_path, install, DICT, toy_spaces.DQN_IMAGE_AND_VECTOR, num_envs=4)
     assert summary["eval_return_mean"] >= 7.0, summary  # perfect 8; the image alone or the vector alone: 4
 
 

@@ -126,5 +126,19 @@ for name, cls in [("BrightPixel-v0", BrightPixel), ("ImageAndVector-v0", ImageAn
     if f"RlplugToy/{name}" not in gym.registry:
         gym.register(f"RlplugToy/{name}", cls)
 
+#: The recipe table of a DQN with a cnn Q-network that learns ImageAndVector (the image and the vector together) in
+#: a few thousand frames, whichever env gives it: the gym env's Dict or a TorchRL env's ``pixels`` beside a vector.
+DQN_IMAGE_AND_VECTOR = """
+[algorithm]
+use = "dqn"
+learning_starts = 256
+batch_size = 64
+target_update_interval = 256
+exploration_fraction = 0.3
+gamma = 0.5
+lr = 1e-3
+q_network = {use = "cnn"}
+"""
+
 #: This module's text: a plugin module for ``python -m rlplug`` subprocesses.
 SOURCE = Path(__file__).read_text()
