@@ -198,7 +198,7 @@ class ChainArrayActor(ArrayActor):
                             "act_on each reading what the one before wrote")
         self.module, self.stages, self.device = actor.module, rest, torch.device(device)
         self.observation_key, self.action_key = actor.in_keys[0], stages[-1].out_keys[0]
-        self.one_hot = bool(rest and getattr(rest[-1], "one_hot", False))  # protocols.Noise.act_on says
+        self.one_hot = bool(rest and capability(rest[-1], protocols.Noise.one_hot))
 
     @torch.no_grad()
     def act(self, observation: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, None]:

@@ -1,61 +1,66 @@
-"""What a component of each kind must be: one ``typing.Protocol`` per kind, checked when the component is built.
+"""What a component of each kind must be: one ``typing.Protocol`` per kind, typed for mypy, checked when the
+component is built, and the source of the plugin guide's contract sections (:mod:`rlplug.registry.guide`).
 
-Each protocol lists the members rlplug calls. Members marked :func:`optional` are called where an object has
-them and skipped where it has not (a capability: running statistics, an array step, a video hook...);
-code reads them with :func:`capability`, never by probing names of its own. Every other member is required:
-when a factory returns an object without one, :func:`conform` stops the run before training with one line
-naming the component, its plugin and the member. The hookspecs (:mod:`rlplug.registry.hookspecs`) point here.
-Only typing is imported: signatures name torch and TorchRL types as strings."""
+Members marked :func:`optional` are called where an object has them (a capability: running statistics, an array
+step, a video hook...), read with :func:`capability`, never by probing names; every other member is required, and
+:func:`conform` stops a run whose component lacks one, in one line naming it, its plugin and the member. torch and
+TorchRL types are imported for the type checker only: listing and validating recipes never load torch."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from rlplug.errors import UserError, one_line
+from rlplug.registry.conformance import (
+    ContractError,
+    capability,
+    checked_metrics,
+    conform,
+    has_member,
+    members,
+    optional,
+    optional_name,
+)
 
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
-def optional(member: Callable) -> Callable:
-    """Marks a protocol member as optional: rlplug uses it where an object has it."""
-    setattr(member, "__rlplug_optional__", True)  # noqa: B010 (a marker mypy cannot know functions take)
-    return member
+    import numpy as np
+    import torch
+    from tensordict import TensorDictBase
+    from torch import nn
+    from torchrl.data import TensorSpec
 
+    from rlplug.core.acting import ArrayActor
+    from rlplug.core.episodes import EpisodeTracker
 
-def members(protocol: type) -> dict[str, bool]:
-    """``name -> required`` for every member a protocol declares (methods, properties and annotated fields)."""
-    found: dict[str, bool] = {}
-    for klass in reversed(protocol.__mro__):
-        if klass in (object, Protocol) or not getattr(klass, "_is_protocol", False):
-            continue
-        for name in getattr(klass, "__annotations__", {}):
-            found[name] = True
-        for name, value in vars(klass).items():
-            if name.startswith("_") and name not in ("__call__", "__len__"):
-                continue
-            function = value.fget if isinstance(value, property) else value
-            if callable(function):
-                found[name] = not getattr(function, "__rlplug_optional__", False)
-    return found
+#: handed out here too (``protocols.capability``...)
+__all__ = ["ContractError", "capability", "checked_metrics", "conform", "has_member", "members", "optional_name"]
 
 
 class Env(Protocol):
-    """An env: a TorchRL ``EnvBase`` (batched or not) is one. rlplug steps it with TensorDicts
-    (``reset``, ``step_and_maybe_reset``), or, where it offers the array step (``supports_tensor_steps``,
-    ``reset_arrays``, ``step_arrays``), with numpy arrays and no TensorDict per step: the fast road, which any
-    env may take (rlplug's ``gym`` env does; docs/writing-plugins.md). Networks read its ``observation``
-    entry; an env declaring other entries has them concatenated into one (:mod:`rlplug.core.observations`)."""
+    """An env: a TorchRL ``EnvBase`` (batched or not), stepped with TensorDicts, or with numpy arrays where it
+    offers the array step (``supports_tensor_steps``, ``reset_arrays``, ``step_arrays``: rlplug's ``gym`` env
+    does). Networks read its ``observation`` entry; other entries are concatenated into one."""
 
-    observation_spec: Any
-    action_spec: Any
-    batch_size: Any
+    #: what a step's observation entries are (a TorchRL ``Composite``)
+    observation_spec: TensorSpec
+    #: what an action is
+    action_spec: TensorSpec
+    #: ``[envs]`` for a batched env, ``[]`` for one
+    batch_size: torch.Size
 
-    def set_seed(self, seed: int) -> Any: ...
+    def set_seed(self, seed: int) -> int | None:
+        """Seeds the env's random stream (every copy of a batched env its own)."""
 
-    def reset(self, tensordict: Any = None) -> Any: ...
+    def reset(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
+        """Starts every episode; the first observations."""
 
-    def step_and_maybe_reset(self, tensordict: Any) -> tuple[Any, Any]: ...
+    def step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+        """One step with the ``action`` entry: the step (its ``next`` entries) and where each env goes on from."""
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Called once when the run ends, however it ends."""
 
     @optional
     def statistics(self) -> dict[str, Any]:
@@ -71,61 +76,57 @@ class Env(Protocol):
         """False: statistics frozen and rewards in the env's own units (evaluation)."""
 
     @optional
-    def normalize_observation(self, observation: Any) -> Any:
+    def normalize_observation(self, observation: np.ndarray) -> np.ndarray:
         """A numpy observation as the policy sees it (``Agent.select_action``)."""
 
     @optional
-    def read_action(self, action: Any) -> Any:
-        """Actions in the policy's layout (one-hot vectors, indices from 0) as numpy in the env's own format
-        (gymnasium's: an index, a Discrete space's start added), for ``Agent.select_action``; TorchRL's
-        gymnasium envs have it."""
+    def read_action(self, action: torch.Tensor) -> np.ndarray:
+        """Actions in the policy's layout (one-hot, indices from 0) as numpy in the env's own format (a
+        Discrete space's start added), for ``Agent.select_action``; TorchRL's gymnasium envs have it."""
 
     @optional
-    def observation_normalizer(self) -> Any:
-        """:meth:`normalize_observation` as a ``torch.nn.Module`` (float32 observations in and out) with the
-        statistics as they are now, frozen; None when observations pass unchanged. ``rlplug export`` puts it
-        in front of the policy; an env that normalises without it cannot be exported."""
+    def observation_normalizer(self) -> nn.Module | None:
+        """:meth:`normalize_observation` as a ``torch.nn.Module`` (float32 in and out), statistics frozen; None
+        when observations pass unchanged. ``rlplug export`` puts it in front of the policy."""
 
     @property
     @optional
     def supports_tensor_steps(self) -> bool:
-        """Whether :meth:`reset_arrays` and :meth:`step_arrays` may be used now: the array road, which
-        collects and evaluates without a TensorDict per step. Its arrays must be what the TensorDict road
-        would give: one ``observation`` entry (the spec's dtype, ``[envs, ...]``), the same episodes."""
+        """Whether :meth:`reset_arrays` and :meth:`step_arrays` may be used now (no TensorDict per step); their
+        arrays are what the TensorDict road gives: the ``observation`` entry's dtype, the same episodes."""
 
     @optional
-    def reset_arrays(self, seed: int | None = None) -> Any:
+    def reset_arrays(self, seed: int | None = None) -> np.ndarray:
         """Every env reset (seeded when ``seed`` is given); the observations as one numpy array ``[envs, ...]``."""
 
     @optional
-    def step_arrays(self, action: Any) -> Any:
-        """One step of every env with a numpy action ``[envs, ...]`` in gymnasium's format (an integer index
-        for discrete actions, floats for continuous ones); the 5-tuple ``(next_observation, reward,
-        terminated, truncated, observation)`` of numpy arrays ``[envs, ...]``: ``reward`` float32,
-        ``terminated``/``truncated`` bool, ``next_observation`` where the step led (an episode's last),
-        ``observation`` where each env goes on from (a new episode's first where one ended: same-step
-        autoreset)."""
+    def step_arrays(self, action: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """One step of every env with a numpy action ``[envs, ...]`` in gymnasium's format (an index for discrete
+        actions, else floats); numpy ``(next_observation, reward, terminated, truncated, observation)``, each
+        ``[envs, ...]``: reward float32, terminated/truncated bool, ``next_observation`` where the step led (an
+        episode's last), ``observation`` where each env goes on from (same-step autoreset)."""
 
 
 class Algorithm(Protocol):
     """An algorithm: what collects (``policy``), how much per update, the update itself, and its state."""
 
     #: a TensorDict module writing ``action`` (and the log-probability, for on-policy learners)
-    policy: Any
+    policy: nn.Module
     #: frames (over all envs) collected for each update
     frames_per_batch: int
 
-    def update(self, batch: Any) -> dict[str, float]:
+    def update(self, batch: TensorDictBase) -> dict[str, float]:
         """Learn from a batch ``[envs, time]`` in TorchRL's layout; returns metrics (plain numbers)."""
 
     def state_dict(self) -> dict[str, Any]:
         """Plain tensors and numbers (checkpoints load with ``weights_only=True``)."""
 
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Put back what :meth:`state_dict` returned, into an algorithm built from the same recipe (resume)."""
 
     @property
     @optional
-    def parameters(self) -> list:
+    def parameters(self) -> list[torch.Tensor]:
         """The tensors checked for NaN after every update (default: the policy's parameters)."""
 
     @property
@@ -135,41 +136,44 @@ class Algorithm(Protocol):
         then hands it rollouts first come, first served."""
 
     @optional
-    def networks(self) -> dict[str, Any]:
+    def networks(self) -> dict[str, nn.Module]:
         """The networks by name, for loggers that record weights (default: ``policy`` and ``critic``)."""
 
     @optional
-    def get_weights(self) -> Any:
+    def get_weights(self) -> dict[str, torch.Tensor]:
         """pytorchrl's protocol, for Ray's gradient workers: the trained parameters."""
 
     @optional
-    def set_weights(self, weights: Any) -> None: ...
+    def set_weights(self, weights: dict[str, torch.Tensor]) -> None:
+        """Put back what :meth:`get_weights` returned (a Ray gradient worker's copy)."""
 
     @optional
-    def compute_gradients(self, minibatch: Any, *args: Any, **kwargs: Any) -> Any: ...
+    def compute_gradients(self, minibatch: TensorDictBase, *args: Any, **kwargs: Any) -> Any:
+        """Ray's gradient workers: the gradients of one minibatch, computed where the worker is."""
 
     @optional
-    def apply_gradients(self, gradients: Any) -> Any: ...
+    def apply_gradients(self, gradients: Any) -> Any:
+        """Ray's gradient workers: one optimiser step with gradients from :meth:`compute_gradients`."""
 
     @optional
     def compile_update(self) -> None:
         """``run.compile = true``: compile what the update computes (torch.compile), in place, before training."""
 
     @optional
-    def batched_update(self, algorithms: list, seeds: list[int]) -> Any:
+    def batched_update(self, algorithms: list[Algorithm], seeds: list[int]) -> BatchedUpdate:
         """Seeds trained together (``rlplug run --seeds --batched``): the update of ``algorithms`` (this one
         first; copies built from one recipe, one per seed of ``seeds``) computed at once, a
         :class:`BatchedUpdate`. Raises ``UserError`` where this configuration cannot be (its loss, say)."""
 
 
 class BatchedUpdate(Protocol):
-    """What :meth:`Algorithm.batched_update` returns: several seeds' copies of one algorithm learning together,
-    each exactly its own algorithm (its parameters, optimiser state and random stream), computed at once."""
+    """What :meth:`Algorithm.batched_update` returns: several seeds' copies of one algorithm learning at once,
+    each exactly its own algorithm (parameters, optimiser state and random stream)."""
 
-    def actor(self) -> Any:
+    def actor(self) -> ArrayActor:
         """An :class:`rlplug.core.acting.ArrayActor` acting for every seed at once on ``[seeds, envs, ...]``."""
 
-    def update(self, batches: list) -> list[dict[str, float]]:
+    def update(self, batches: list[TensorDictBase]) -> list[dict[str, float]]:
         """One batch per seed learned from; each seed's metrics (plain numbers), in the same order."""
 
     def finite(self) -> list[bool]:
@@ -187,54 +191,68 @@ class BatchedUpdate(Protocol):
 
 
 class Estimator(Protocol):
-    """An advantage or value-target estimator: a TensorDict module over ``[*batch, time]`` data writing
-    ``advantage`` and/or ``value_target``."""
+    """An advantage or value-target estimator: a TensorDict module over ``[*batch, time]`` data."""
 
-    def __call__(self, tensordict: Any) -> Any: ...
+    def __call__(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Writes ``advantage`` and/or ``value_target`` into the batch and returns it."""
 
 
 class Network(Protocol):
     """A network: a TensorDict module (``TensorDictModuleBase``) for the role it was built for."""
 
-    in_keys: Any
-    out_keys: Any
+    #: the entries it reads (``observation``; ``q_value`` critics add ``action``)
+    in_keys: list[Any]
+    #: the entries it writes (what ``rlplug.networks.wrap`` makes of the role)
+    out_keys: list[Any]
 
-    def __call__(self, tensordict: Any) -> Any: ...
+    def __call__(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Reads ``in_keys``, writes ``out_keys``."""
 
-    def parameters(self) -> Any: ...
+    def parameters(self) -> Iterator[nn.Parameter]:
+        """What its learner trains."""
 
-    def state_dict(self) -> dict[str, Any]: ...
+    def state_dict(self) -> dict[str, Any]:
+        """Its weights, saved in checkpoints."""
 
-    def load_state_dict(self, state: dict[str, Any]) -> Any: ...
+    def load_state_dict(self, state: dict[str, Any]) -> Any:
+        """Put back what :meth:`state_dict` returned."""
 
 
 class Logger(Protocol):
     """A logger: called after every update and evaluation, closed once however the run ends."""
 
-    def log(self, metrics: dict[str, float], frames: int) -> None: ...
+    def log(self, metrics: dict[str, float], frames: int) -> None:
+        """One update's or evaluation's metrics (plain numbers) at ``frames`` frames collected."""
 
-    def close(self, summary: dict[str, Any]) -> None: ...
+    def close(self, summary: dict[str, Any]) -> None:
+        """The run ended (finished, stopped or failed); ``summary`` is what ``summary.json`` holds."""
 
     @optional
-    def log_video(self, path: Any, frames: int) -> None:
+    def log_video(self, path: Path, frames: int) -> None:
         """Called with each evaluation video (``eval.video = true``)."""
 
 
 class ReplayBuffer(Protocol):
-    """A replay buffer of transitions."""
+    """A replay buffer of transitions. A sample holds TorchRL's keys: ``observation``, ``action``, ``("next",
+    "observation" | "reward" | "terminated" | "done")``; ``index`` and ``weight`` from a prioritised buffer."""
 
-    def extend(self, batch: Any) -> Any: ...
+    def extend(self, batch: TensorDictBase) -> Any:
+        """Store a batch of transitions (flattened to ``[frames]``), the oldest overwritten when full."""
 
-    def sample(self, batch_size: int) -> Any: ...
+    def sample(self, batch_size: int) -> TensorDictBase:
+        """``batch_size`` transitions, on the run's device."""
 
-    def __len__(self) -> int: ...
+    def __len__(self) -> int:
+        """How many transitions it holds."""
 
-    def state_dict(self) -> dict[str, Any]: ...
+    def state_dict(self) -> dict[str, Any]:
+        """Its contents and position, saved in checkpoints (plain tensors and numbers)."""
 
-    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Put back what :meth:`state_dict` returned."""
 
     @optional
-    def update_priority(self, index: Any, priority: Any) -> None:
+    def update_priority(self, index: torch.Tensor, priority: torch.Tensor) -> None:
         """Prioritised buffers: new priorities for a sample's ``index`` (samples then also hold ``weight``)."""
 
     @optional
@@ -242,49 +260,63 @@ class ReplayBuffer(Protocol):
         """Schedules of the buffer's own (a prioritised buffer's importance-weight exponent)."""
 
     @optional
-    def sample_sequences(self, batch_size: int, length: int) -> Any:
+    def sample_sequences(self, batch_size: int, length: int) -> TensorDictBase:
         """Sequences of one episode's consecutive steps, for recurrent networks."""
 
 
 class Noise(Protocol):
     """Exploration noise: a TensorDict module adding noise to ``action`` while exploring."""
 
-    def __call__(self, tensordict: Any) -> Any: ...
+    def __call__(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """The ``action`` entry made noisy, within the action spec."""
 
-    def step(self, frames: int) -> None: ...
+    def step(self, frames: int) -> None:
+        """``frames`` more frames collected: schedules (an annealed scale) move."""
 
-    def state_dict(self) -> dict[str, Any]: ...
+    def state_dict(self) -> dict[str, Any]:
+        """Its schedule's position, saved in checkpoints."""
 
-    def load_state_dict(self, state: dict[str, Any]) -> Any: ...
+    def load_state_dict(self, state: dict[str, Any]) -> Any:
+        """Put back what :meth:`state_dict` returned."""
 
     @optional
-    def reset(self, done: Any) -> None:
+    def reset(self, done: torch.Tensor) -> None:
         """Restart the noise of the envs whose episode ended (temporally correlated noise)."""
 
     @optional
-    def act_on(self, action: Any) -> Any:
-        """The noisy action for an action tensor: lets collection skip the TensorDict per step. A stage whose
-        actions are one-hot vectors (Discrete actions in TorchRL's layout) says so: ``one_hot = True``."""
+    def act_on(self, action: torch.Tensor) -> torch.Tensor:
+        """The noisy action for an action tensor: lets collection skip the TensorDict per step."""
+
+    @property
+    @optional
+    def one_hot(self) -> bool:
+        """True for a stage whose actions are one-hot vectors (Discrete actions in TorchRL's layout): with
+        :meth:`act_on`, the env is then handed their index."""
 
 
 class Preprocessor(Protocol):
     """An observation preprocessor: a module from a tensor to a tensor, learning its statistics in train mode."""
 
-    def __call__(self, observation: Any) -> Any: ...
+    def __call__(self, observation: torch.Tensor) -> torch.Tensor:
+        """The observation as the networks read it."""
 
-    def train(self, mode: bool = True) -> Any: ...
+    def train(self, mode: bool = True) -> Any:
+        """Statistics learned from what it sees (True) or frozen (False)."""
 
-    def eval(self) -> Any: ...
+    def eval(self) -> Any:
+        """``train(False)``: statistics frozen."""
 
-    def state_dict(self) -> dict[str, Any]: ...
+    def state_dict(self) -> dict[str, Any]:
+        """Its statistics, saved in checkpoints."""
 
-    def load_state_dict(self, state: dict[str, Any]) -> Any: ...
+    def load_state_dict(self, state: dict[str, Any]) -> Any:
+        """Put back what :meth:`state_dict` returned."""
 
 
 class Runner(Protocol):
     """Where experience is collected: the runner gives the run its :class:`Collector`."""
 
-    def collector(self, env: Any, policy: Any, frames_per_batch: int, seed: int, **context: Any) -> Any:
+    def collector(self, env: Env, policy: nn.Module, frames_per_batch: int, seed: int, **context: Any) -> Collector:
         """A :class:`Collector`; ``context`` holds ``recipe`` and ``algorithm``, for runners whose workers
         build envs of their own or need to know the algorithm."""
 
@@ -292,10 +324,10 @@ class Runner(Protocol):
 class Collector(Protocol):
     """What a runner's ``collector(...)`` returns: batches in TorchRL's ``[envs, time]`` layout."""
 
-    #: episode returns as they come (``episodes``, ``recent_return()``): :class:`rlplug.core.episodes.EpisodeTracker`
-    tracker: Any
+    #: episode returns as they come (``episodes``, ``recent_return()``)
+    tracker: EpisodeTracker
 
-    def collect(self) -> Any:
+    def collect(self) -> TensorDictBase:
         """The next batch; :class:`rlplug.errors.WorkersLost` where collection elsewhere cannot go on (the run
         stops with a checkpoint)."""
 
@@ -317,24 +349,34 @@ class Collector(Protocol):
         """The envs' statistics where they live elsewhere (Ray workers)."""
 
     @optional
-    def load_statistics(self, state: dict[str, Any]) -> None: ...
+    def load_statistics(self, state: dict[str, Any]) -> None:
+        """Put back what :meth:`statistics` returned, into the envs where they live."""
 
     @optional
-    def update(self, algorithm: Any, batch: Any) -> dict[str, float]:
+    def update(self, algorithm: Algorithm, batch: TensorDictBase) -> dict[str, float]:
         """The update done its own way (Ray's gradient workers), instead of ``algorithm.update(batch)``."""
 
 
 class Loss(Protocol):
     """A loss: a TorchRL ``LossModule`` (a TensorDict in, a TensorDict of ``loss_*`` terms and diagnostics out;
-    the algorithm minimises the sum of the ``loss_*`` terms)."""
+    the algorithm minimises the sum of the ``loss_*`` terms). A loss for the off-policy algorithms (``ddpg``,
+    ``td3``, ``sac``, ``dqn``) also says which optimiser trains what (``parameter_groups``, ``term_learners``)
+    and how its targets move (``update_targets``, or ``no_targets``): checked when the algorithm is built."""
 
-    def __call__(self, tensordict: Any) -> Any: ...
+    def __call__(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """The terms for a batch: on-policy, a minibatch of the collected batch with the estimator's
+        ``advantage`` and ``value_target``; off-policy, a replay sample (:class:`ReplayBuffer`). An off-policy
+        loss may write ``td_error`` (one per transition) into it, for a prioritised buffer's new priorities."""
 
-    def parameters(self) -> Any: ...
+    def parameters(self) -> Iterator[nn.Parameter]:
+        """Everything it trains (the on-policy algorithms' one optimiser)."""
 
-    def state_dict(self) -> dict[str, Any]: ...
+    def state_dict(self) -> dict[str, Any]:
+        """Its networks, target copies and coefficients; every key exists once it is built (a key that
+        appears during training stops the run after the first gradient step)."""
 
-    def load_state_dict(self, state: dict[str, Any]) -> Any: ...
+    def load_state_dict(self, state: dict[str, Any]) -> Any:
+        """Put back what :meth:`state_dict` returned."""
 
     @property
     @optional
@@ -349,20 +391,22 @@ class Loss(Protocol):
 
     @property
     @optional
-    def parameter_groups(self) -> dict[str, list]:
-        """Off-policy losses with several optimisers: each learner's parameters by name (actor, critic...)."""
+    def parameter_groups(self) -> dict[str, list[torch.Tensor]]:
+        """Off-policy (required there): each learner's parameters by the algorithm's learner names (``actor``,
+        ``critic``; ``sac`` adds ``entropy``; ``dqn`` has ``q``), each trained with that learner's learning
+        rate; a name the algorithm does not have is refused."""
 
     @property
     @optional
     def term_learners(self) -> dict[str, str]:
-        """Which learner each ``loss_*`` term trains (``{"loss_actor": "actor", ...}``)."""
+        """Off-policy (required there): which learner each ``loss_*`` term trains (``{"loss_actor": "actor",
+        ...}``), among ``parameter_groups``."""
 
     @property
     @optional
-    def target_parameters(self) -> dict[str, list]:
-        """Each learner's target copies (``{"critic": [...]}``), parameter by parameter in the order of
-        ``parameter_groups[name]``: what ``update_targets`` moves each towards. Seeds trained together move
-        the stacked copies at once by it."""
+    def target_parameters(self) -> dict[str, list[torch.Tensor]]:
+        """Each learner's target copies (``{"critic": [...]}``) in the order of ``parameter_groups[name]``: what
+        ``update_targets`` moves towards them; seeds trained together move their stacked copies by it."""
 
     @property
     @optional
@@ -372,12 +416,13 @@ class Loss(Protocol):
     @property
     @optional
     def batchable(self) -> bool:
-        """Whether its forward may run under ``torch.vmap`` with each seed's parameters swapped in (seeds trained
-        together): no ``.item()`` and no state of its own changed per minibatch."""
+        """Whether it may run under ``torch.vmap`` with each seed's parameters swapped in (seeds trained together):
+        no ``.item()``, no state of its own changed per minibatch."""
 
     @optional
     def update_targets(self, tau: float) -> None:
-        """``target = (1 - tau) target + tau online``; an off-policy loss defines it or declares ``no_targets``."""
+        """``target = (1 - tau) target + tau online``, after each gradient step; an off-policy loss defines it
+        or declares ``no_targets``."""
 
     @property
     @optional
@@ -388,10 +433,13 @@ class Loss(Protocol):
 class Transform(Protocol):
     """An env transform: a TorchRL ``Transform``."""
 
-    in_keys: Any
-    out_keys: Any
+    #: the entries it reads (a reward among them for a transform that reshapes the reward)
+    in_keys: list[Any]
+    #: the entries it writes
+    out_keys: list[Any]
 
-    def transform_observation_spec(self, observation_spec: Any) -> Any: ...
+    def transform_observation_spec(self, observation_spec: TensorSpec) -> TensorSpec:
+        """The observation spec as the transform leaves it."""
 
 
 #: kind -> the protocol its components follow.
@@ -400,51 +448,3 @@ PROTOCOLS: dict[str, type] = {
     "replay_buffer": ReplayBuffer, "noise": Noise, "preprocessor": Preprocessor, "runner": Runner, "loss": Loss,
     "transform": Transform,
 }
-
-
-class ContractError(UserError):
-    """A plugin's component that is not what its kind must be: the plugin's mistake, named as such."""
-
-
-def conform(protocol: type, value: Any, what: str) -> Any:
-    """``value`` if it has every required member of ``protocol``; else :class:`ContractError` naming ``what``
-    (the component and its plugin) and the first member missing."""
-    missing = [name for name, required in members(protocol).items() if required and not hasattr(value, name)]
-    if missing:
-        shown = "None" if value is None else f"a {type(value).__name__}"
-        raise ContractError(f"{what} returned {shown} without '{missing[0]}', which every {protocol.__name__.lower()} "
-                            f"must have ({protocol.__module__}.{protocol.__qualname__}); this is the plugin's "
-                            f"mistake: tell its author")
-    return value
-
-
-def optional_name(member: Callable, protocol: type | None = None) -> str:
-    """The attribute name of the optional ``member`` (of ``protocol``); a TypeError (rlplug's bug) for others."""
-    function = member.fget if isinstance(member, property) else member
-    if not getattr(function, "__rlplug_optional__", False) or (
-            protocol is not None and not function.__qualname__.startswith(f"{protocol.__name__}.")):
-        raise TypeError(f"{function.__qualname__} is not an optional member of "
-                        f"{'a protocol' if protocol is None else f'the {protocol.__name__} protocol'}")
-    return function.__name__
-
-
-def capability(value: Any, member: Callable) -> Any:
-    """The optional protocol ``member`` (``Collector.metrics``, say) of ``value``, bound, or None without it."""
-    return getattr(value, optional_name(member), None)
-
-
-def has_member(value: Any, member: Callable) -> bool:
-    """Whether ``value`` has the optional protocol ``member`` (for members that may hold a false value)."""
-    return hasattr(value, optional_name(member))
-
-
-def checked_metrics(metrics: Any, what: str) -> dict[str, float]:
-    """An update's metrics if they are a dict of plain numbers; else :class:`ContractError` naming ``what``."""
-    if not isinstance(metrics, dict):
-        raise ContractError(f"{what}: update() returned {type(metrics).__name__}, not a dict of metrics")
-    for name, value in metrics.items():
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise ContractError(one_line(f"{what}: update() returned the metric '{name}' as "
-                                         f"{type(value).__name__} {value!r}; metrics must be plain numbers "
-                                         f"(float(tensor) or tensor.item())"))
-    return metrics
