@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.handler(args)
     except (UserError, PluginError) as error:
         if os.environ.get("RLPLUG_DEBUG") or isinstance(error, PluginError):
-            original = getattr(error, "original", None)
+            original = error.original if isinstance(error, UserError) else None
             if original is not None:  # the traceback of what a plugin's factory raised
                 raise error from original
             raise  # a PluginError escapes only in strict mode, which promises the traceback

@@ -55,12 +55,14 @@ class TransformedRecipeEnv(TransformedEnv):
     any transform with ``freeze``/``unfreeze``), frozen with ``set_training(False)`` for evaluation."""
 
     supports_tensor_steps = False
+    #: the recipe's ``env.transforms`` as built, in order (set by :func:`build_transformed`)
+    recipe_transforms: Sequence[Transform] = ()
 
     def normalize_observation(self, observation: Any) -> Any:
         """The env's own normalisation where the transforms read nothing but rewards; otherwise what the policy
         sees is a TensorDict the transforms make (``Agent.act`` takes those)."""
         rewards = {unravel_key(key) for key in self.base_env.reward_keys}
-        read = {unravel_key(key) for t in self.recipe_transforms for key in (getattr(t, "in_keys", None) or ())}
+        read = {unravel_key(key) for t in self.recipe_transforms for key in t.in_keys or ()}
         if read - rewards - {unravel_key(("next", key)) for key in rewards}:
             raise UserError("select_action takes observations as gymnasium gives them, and this recipe's "
                             "env.transforms change them; use Agent.act on the transformed env's TensorDicts")
@@ -122,7 +124,7 @@ def shown(key: Any) -> str:
 def reads_reward(transform: Transform, reward_keys: Sequence[Any]) -> bool:
     """Whether ``transform`` reads (and so may reshape) a reward, by the keys it says it reads."""
     keys = {unravel_key(key) for key in reward_keys} | {unravel_key(("next", key)) for key in reward_keys}
-    return any(unravel_key(key) in keys for key in (getattr(transform, "in_keys", None) or ()))
+    return any(unravel_key(key) in keys for key in transform.in_keys or ())
 
 
 def build_transformed(component: Any, **context: Any) -> EnvBase:
@@ -176,7 +178,7 @@ def with_transforms(env: EnvBase, components: Sequence[Any], context: dict[str, 
         if index == first_reward:
             transformed.append_transform(KeepEnvReward(reward_keys[0]))
         present = entries(transformed)
-        missing = [key for key in (getattr(transform, "in_keys", None) or ()) if unravel_key(key) not in present]
+        missing = [key for key in transform.in_keys or () if unravel_key(key) not in present]
         if missing:
             raise UserError(f"{components[index].spec.name} reads {shown(missing[0])}, which this env does not have "
                             f"here; its entries: {', '.join(sorted(shown(k) for k in present if k[0] != 'next'))}",

@@ -433,10 +433,10 @@ class Loss(Protocol):
 class Transform(Protocol):
     """An env transform: a TorchRL ``Transform``."""
 
-    #: the entries it reads (a reward among them for a transform that reshapes the reward)
-    in_keys: list[Any]
-    #: the entries it writes
-    out_keys: list[Any]
+    #: the entries it reads, a reward among them for a transform that reshapes the reward (None: none)
+    in_keys: list[Any] | None
+    #: the entries it writes (None: none)
+    out_keys: list[Any] | None
 
     def transform_observation_spec(self, observation_spec: TensorSpec) -> TensorSpec:
         """The observation spec as the transform leaves it."""

@@ -35,6 +35,7 @@ from rlplug.core.actions import ActionLayout, action_layout
 from rlplug.core.env_members import env_capability
 from rlplug.core.heads import observation_entries, observation_key
 from rlplug.core.recurrent import is_recurrent
+from rlplug.core.transformed import TransformedRecipeEnv
 from rlplug.errors import UserError
 from rlplug.registry import protocols
 
@@ -115,11 +116,11 @@ def transforms_normalizer(env, key: str) -> nn.Module | None:
     from torchrl.envs import Compose, ObservationNorm
 
     steps = []
-    for index, transform in enumerate(getattr(env, "recipe_transforms", None) or ()):
-        reads = [unravel_key(k) for k in (getattr(transform, "in_keys", None) or ())]
+    for index, transform in enumerate(env.recipe_transforms if isinstance(env, TransformedRecipeEnv) else ()):
+        reads = [unravel_key(k) for k in transform.in_keys or ()]
         if unravel_key(key) not in reads:
             continue  # rewards, step counts: not what the policy reads
-        writes = [unravel_key(k) for k in (getattr(transform, "out_keys", None) or reads)]
+        writes = [unravel_key(k) for k in transform.out_keys or reads]
         norm = transform if isinstance(transform, ObservationNorm) else None
         if norm is None and callable(getattr(transform, "to_observation_norm", None)):
             norm = transform.to_observation_norm()  # VecNorm: its running statistics, frozen
