@@ -1,14 +1,15 @@
-"""Seeds trained together: ``rlplug run RECIPE --seeds 0-7 --batched`` and ``Agent.from_recipe(..., seeds=...)``.
+"""Seeds trained together: ``rlplug run RECIPE --seeds 0-7 --batched`` and ``Agent.from_recipe(..., seeds=...,
+batched=True)``.
 
 Each seed is a :class:`SeedRun`, a :class:`~rlplug.run.trainer.Run` of its own recipe (``run.seed`` set), built
 as a run of that seed alone builds it (networks initialised from its seed, envs seeded from it) in its own
 ``seed-N/`` directory, whose checkpoints ``rlplug eval``, ``rlplug resume`` and ``Agent.load`` read like any
 run's. :class:`BatchedRun` drives them on the schedule of every run (:func:`rlplug.run.schedule.train`): one
 collection for all (:class:`CollectorsTogether`), one update for all (the algorithm's ``batched_update``), then,
-per seed, what a run alone does: metrics to its loggers, evaluations, checkpoints, ``summary.json``. A seed whose loss, gradient norm or parameters turn
-non-finite stops alone (status ``diverged``, its last good checkpoint kept) and the others go on.
-``batched.json`` in the parent directory (the seeds, and what the command line asked) marks it for
-``rlplug resume``.
+per seed, what a run alone does: metrics to its loggers, evaluations, checkpoints, ``summary.json``. A seed
+whose loss, gradient norm or parameters turn non-finite stops alone (status ``diverged``, its last good
+checkpoint kept) and the others go on. ``batched.json`` in the parent directory (the seeds, and what the command
+line asked) marks it for ``rlplug resume``.
 """
 
 from __future__ import annotations
@@ -151,6 +152,8 @@ class BatchedRun:
     training: list[SeedRun] = field(default_factory=list)
     loggers: dict[int, list[protocols.Logger]] = field(default_factory=dict)
     shared: list[protocols.Logger] = field(default_factory=list)
+    #: the return the seeds' aggregate measures its optimality gap to (None: the env's reward threshold)
+    gap_threshold: float | None = None
 
     @property
     def run_dir(self) -> Path:
@@ -302,7 +305,7 @@ class BatchedRun:
                 logger.log(metrics, frames)
             logged.append(metrics)
         if logged:
-            means = {key: mean_of([m[key] for m in logged if key in m]) for key in logged[0]}
+            means = {key: float(np.mean([m[key] for m in logged if key in m])) for key in logged[0]}
             for logger in self.shared:
                 logger.log({**means, "fps": fps * len(logged)}, frames)
         if len(kept) < len(self.active):
@@ -335,7 +338,7 @@ class BatchedRun:
         returns = [float(np.mean(run.evaluate(self.loggers[id(run)]))) for run in self.active]
         if returns:
             for logger in self.shared:
-                logger.log({"eval_return_mean": mean_of(returns), "eval_return_std": float(np.std(returns))},
+                logger.log({"eval_return_mean": float(np.mean(returns)), "eval_return_std": float(np.std(returns))},
                            self.active[0].frames)
 
     def checkpoint(self) -> None:

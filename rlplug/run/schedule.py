@@ -26,8 +26,10 @@ class TrainingDiverged(UserError):
 class Driver(Protocol):
     """What :func:`train` drives: one run, or seeds trained together."""
 
-    recipe: Recipe
     stop_reason: str | None
+
+    @property
+    def recipe(self) -> Recipe: ...
 
     @property
     def run_dir(self) -> Path: ...
