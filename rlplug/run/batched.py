@@ -141,7 +141,7 @@ class BatchedRun:
 
     runs: list[SeedRun]
     out: Path
-    together: Any
+    together: protocols.BatchedUpdate
     collector: CollectorsTogether
     #: the runs still training (a diverged one leaves)
     active: list[SeedRun] = field(default_factory=list)
@@ -233,7 +233,7 @@ class BatchedRun:
             f"{first.recipe.algorithm.title}'s batched_update()")
         # the envs start as each seed's own run starts them (a resumed run's were restarted by Run.resume)
         together.restart([restart_seed(run) if run.frames else run.recipe.run.seed for run in runs])
-        return cls(runs, out, together, CollectorsTogether([run.collector for run in runs], together.actor()),
+        return cls(runs, out, together, CollectorsTogether([own_collector(run) for run in runs], together.actor()),
                    active=list(runs))
 
     def restart(self) -> None:
@@ -357,6 +357,14 @@ def finish(run: Run, summary: dict[str, Any], loggers: list, failing: bool) -> N
     for logger in loggers:
         with reported(failing, "a logger did not close cleanly"):
             logger.close(summary)
+
+
+def own_collector(run: Run) -> Collector:
+    """The run's collector as rlplug's own, which stepping together takes (:func:`refuse_unbatchable_run` has
+    refused any other before)."""
+    if not isinstance(run.collector, Collector):
+        raise TypeError(f"seeds trained together step rlplug's own collector, not a {type(run.collector).__name__}")
+    return run.collector
 
 
 def restart_seed(run: Run) -> int:

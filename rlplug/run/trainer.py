@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 import tomli_w
 import torch
-from torchrl.envs import EnvBase
 
 from rlplug.core.env_members import as_evaluation_env, close_env, env_statistics
 from rlplug.core.envs import build_env
@@ -53,17 +52,18 @@ class Run:
 
     recipe: Recipe
     run_dir: Path
-    env: EnvBase
-    eval_env: EnvBase
-    algorithm: Any
+    #: the training envs (a TorchRL ``EnvBase`` or a plugin's env following the protocol)
+    env: protocols.Env
+    eval_env: protocols.Env
+    algorithm: protocols.Algorithm
     #: what the recipe's runner gives: collect(), tracker, restart(seed), sync_weights(), shutdown()
-    collector: Any
+    collector: protocols.Collector
     frames: int = 0
     iterations: int = 0
     train_seconds: float = 0.0
     eval_returns: list[float] = field(default_factory=list)
     stop_reason: str | None = None
-    video_env: Any = None
+    video_env: protocols.Env | None = None
     #: this run's hold on ``run_dir``, given up by :meth:`close` or when the run is dropped
     claim: Claim | None = field(default=None, repr=False)
     #: the recipe keys a resume changed (``--set``), for the user to see
