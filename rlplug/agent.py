@@ -176,9 +176,7 @@ class SeedAgents:
     ``out/seed-N``, trained together (:class:`~rlplug.run.batched.BatchedRun`) or one after another
     (:class:`~rlplug.run.seeds.SeedRuns`)."""
 
-    def __init__(self, runs: BatchedRun | SeedRuns | Run):
-        if isinstance(runs, Run):
-            raise TypeError("SeedAgents holds several seeds' runs, not one Run")
+    def __init__(self, runs: BatchedRun | SeedRuns):
         self.runs = runs
         self.agents = {run.recipe.run.seed: Agent(run) for run in runs.runs} if isinstance(runs, BatchedRun) \
             else {seed: Agent(runs.run(seed)) for seed in runs.seeds}
