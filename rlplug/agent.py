@@ -27,8 +27,11 @@ from rlplug.core.heads import observation_key
 from rlplug.errors import UserError
 from rlplug.recipe import EVAL_SEED_OFFSET
 from rlplug.registry import protocols
+from rlplug.run import start
+from rlplug.run.batched import BatchedRun
 from rlplug.run.directory import default_run_dir
 from rlplug.run.evaluation import build_eval_env, evaluate
+from rlplug.run.seeds import SeedRuns
 from rlplug.run.trainer import Run
 
 
@@ -40,12 +43,17 @@ class Agent:
 
     @classmethod
     def from_recipe(cls, recipe: str | Path | Mapping[str, Any], *, out: str | Path | None = None,
-                    seeds: Sequence[int] | None = None, **overrides: Any) -> Agent | SeedAgents:
+                    seeds: Sequence[int] | None = None, batched: bool = False,
+                    **overrides: Any) -> Agent | SeedAgents:
         """Build from a recipe: a TOML file, or the same tables as a dict (``{"env": {"use": "gym", "id":
         "CartPole-v1"}, "algorithm": {"use": "ppo"}}``). Overrides are dotted keys (``**{"algorithm.lr":
         3e-4}``) or tables (``algorithm={"lr": 3e-4}``), validated exactly like the file and like ``--set``.
-        ``seeds=[0, 1, 2]``: one run per seed under ``out/seed-N``, trained together (:class:`SeedAgents`, what
-        ``rlplug run --seeds --batched`` trains)."""
+
+        ``seeds=[0, 1, 2]``: one run per seed (its ``run.seed``) under ``out/seed-N``, given back as
+        :class:`SeedAgents` (``agents[seed]`` is each seed's :class:`Agent`); ``agents.train()`` trains them one
+        after another, or, with ``batched=True``, together in one process, their networks stacked and updated at
+        once under ``torch.vmap`` (what ``rlplug run --seeds --batched`` trains; refused in one line where the
+        recipe cannot be batched). Built as ``rlplug run`` builds (:func:`rlplug.run.start.build`)."""
         if isinstance(recipe, Mapping):
             data, file, name = copy.deepcopy(dict(recipe)), "<recipe dict>", Path("recipe")
         else:
@@ -55,19 +63,17 @@ class Agent:
             recipes.set_value(data, key, value, file=file)
         run_dir = Path(out) if out else default_run_dir(name)
         if seeds is None:
-            return cls(Run.build(recipes.validate(data, file=file), run_dir))
+            if batched:
+                raise UserError("batched=True trains the seeds of seeds= together; give seeds too (seeds=[0, 1])")
+            return cls(start.build(recipes.validate(data, file=file), run_dir, file=file))
         if "run.seed" in flatten(overrides) or isinstance(seeds, (str, bytes)) or not seeds or \
                 len(set(seeds)) != len(seeds) or not all(isinstance(s, int) and s >= 0 for s in seeds):
             raise UserError(f"seeds={seeds!r}: expected distinct non-negative whole numbers, and no run.seed beside")
-        validated = []
+        recipe_by_seed = {}
         for seed in seeds:
             recipes.set_value(data, "run.seed", seed, file=file)
-            validated.append(recipes.validate(copy.deepcopy(data), file=file))
-        from rlplug.run.batched import BatchedRun
-        from rlplug.run.directory import check_run_dir
-
-        check_run_dir(run_dir)
-        return SeedAgents(BatchedRun.build(validated, run_dir))
+            recipe_by_seed[seed] = recipes.validate(copy.deepcopy(data), file=file)
+        return SeedAgents(start.build(recipe_by_seed, run_dir, batched=batched, file=file))
 
     @classmethod
     def load(cls, path: str | Path, *, out: str | Path | None = None, allow_unverified: bool = False) -> Agent:
@@ -166,17 +172,20 @@ def observation_batch(observation_spec, observation) -> tuple[torch.Tensor | Ten
 
 
 class SeedAgents:
-    """Several seeds of one recipe trained together, each an :class:`Agent` of its own (``agents[seed]``) with
-    its run directory ``out/seed-N``."""
+    """Several seeds of one recipe, each an :class:`Agent` of its own (``agents[seed]``) with its run directory
+    ``out/seed-N``, trained together (:class:`~rlplug.run.batched.BatchedRun`) or one after another
+    (:class:`~rlplug.run.seeds.SeedRuns`)."""
 
-    def __init__(self, batched):
-        self.batched = batched
-        self.agents = {run.recipe.run.seed: Agent(run) for run in batched.runs}
+    def __init__(self, runs: BatchedRun | SeedRuns):
+        self.runs = runs
+        self.agents = {run.recipe.run.seed: Agent(run) for run in runs.runs} if isinstance(runs, BatchedRun) \
+            else {seed: Agent(runs.run(seed)) for seed in runs.seeds}
 
     def train(self, max_frames: int | None = None, max_iters: int | None = None) -> dict[int, dict[str, Any]]:
-        """Train every seed on together (to the recipe's ``total_frames`` or the first limit given); returns
-        each seed's summary. A seed that diverged has status ``diverged`` and trains no more; the others go on."""
-        return self.batched.train(max_frames=max_frames, max_iters=max_iters)["seeds"]
+        """Train every seed on (to the recipe's ``total_frames`` or the first limit given); returns each seed's
+        summary. Together, a seed that diverged has status ``diverged`` and trains no more while the others go
+        on; one after another, it raises :class:`rlplug.run.schedule.TrainingDiverged` as :meth:`Agent.train`."""
+        return self.runs.train(max_frames=max_frames, max_iters=max_iters)["seeds"]
 
     def __getitem__(self, seed: int) -> Agent:
         return self.agents[seed]
@@ -184,6 +193,10 @@ class SeedAgents:
     @property
     def seeds(self) -> list[int]:
         return list(self.agents)
+
+    def close(self) -> None:
+        """Close every seed's envs and give up their run directories."""
+        self.runs.close()
 
 
 def flatten(overrides: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

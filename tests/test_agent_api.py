@@ -1,14 +1,17 @@
-"""The Python API's recipe-as-a-dict and ``evaluate(episodes=N)``."""
+"""The Python API's recipe-as-a-dict, ``evaluate(episodes=N)`` and seeds (one after another or together), built
+as ``rlplug run`` builds them (:mod:`rlplug.run.start`), which a stop by signal ends the same way."""
 
 from __future__ import annotations
 
+import json
+import signal
 import tomllib
 from collections import Counter
 
 import pytest
 
 import rlplug
-from conftest import CANONICAL
+from conftest import CANONICAL, ROOT, one_line_error, run_cli, start_cli, wait_for
 
 SHORT = {"run": {"total_frames": 512}, "eval": {"episodes": 4}, "loggers": [{"use": "csv"}]}
 
@@ -50,3 +53,81 @@ def test_evaluate_takes_a_number_of_episodes_from_the_runs_own_start_states(tmp_
     for bad in (0, -1, 2.5, True):
         with pytest.raises(rlplug.UserError, match="episodes"):
             agent.evaluate(episodes=bad)
+
+
+#: two seeds' short runs; PPO with the adaptive KL penalty, whose seeds cannot be computed at once (batched)
+SEEDS_SHORT = {"run": {"total_frames": 512, "checkpoint_every_frames": 0}, "eval": {"episodes": 2}}
+PPO_KL = ROOT / "recipes" / "cartpole-ppo-kl.toml"
+
+
+@pytest.mark.slow
+def test_seeds_train_one_after_another_unless_batched(tmp_path):
+    """Without ``batched``, each seed is a run of its own trained in turn: a recipe that cannot be batched
+    trains, and no ``batched.json`` marks the directory; with it, the same refusal as ``--batched``."""
+    agents = rlplug.Agent.from_recipe(PPO_KL, out=tmp_path / "turn", seeds=[0, 3], **SEEDS_SHORT)
+    assert agents.seeds == [0, 3] and agents[3].run.recipe.run.seed == 3
+    summaries = agents.train()
+    assert {seed: (s["status"], s["frames"], s["seed"]) for seed, s in summaries.items()} == \
+        {0: ("finished", 512, 0), 3: ("finished", 512, 3)}
+    assert json.loads((tmp_path / "turn" / "seed-3" / "summary.json").read_text())["seed"] == 3
+    assert not (tmp_path / "turn" / "batched.json").exists()
+    agents.close()
+    with pytest.raises(rlplug.UserError, match="cannot compute several seeds at once") as caught:
+        rlplug.Agent.from_recipe(PPO_KL, out=tmp_path / "together", seeds=[0, 3], batched=True, **SEEDS_SHORT)
+    assert caught.value.path == "algorithm.loss" and str(PPO_KL) in str(caught.value)
+
+
+@pytest.mark.slow
+def test_batched_seeds_from_the_api_are_marked_for_resume(tmp_path):
+    out = tmp_path / "together"
+    agents = rlplug.Agent.from_recipe(CANONICAL, out=out, seeds=[1, 2], batched=True, **SEEDS_SHORT)
+    assert {seed: s["status"] for seed, s in agents.train().items()} == {1: "finished", 2: "finished"}
+    assert json.loads((out / "batched.json").read_text())["seeds"] == [1, 2]
+    agents.close()
+    result = run_cli("resume", str(out), "--set", "run.total_frames=1024")
+    assert result.returncode == 0, result.stderr
+    assert "seeds 1, 2, together" in result.stdout
+    assert json.loads((out / "seed-2" / "summary.json").read_text())["frames"] == 1024
+
+
+@pytest.mark.parametrize("seeds, overrides", [
+    ([1, 1], {}), ([], {}), ([-1], {}), ("0-1", {}), ([0.5], {}), ([0, 1], {"run.seed": 3}),
+])
+def test_bad_seeds_are_one_line_errors(tmp_path, seeds, overrides):
+    with pytest.raises(rlplug.UserError, match="distinct non-negative") as caught:
+        rlplug.Agent.from_recipe(CANONICAL, out=tmp_path / "bad", seeds=seeds, **overrides)
+    assert "\n" not in str(caught.value) and not (tmp_path / "bad").exists()
+
+
+def test_batched_without_seeds_is_refused(tmp_path):
+    with pytest.raises(rlplug.UserError, match="give seeds too"):
+        rlplug.Agent.from_recipe(CANONICAL, out=tmp_path / "run", batched=True)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_a_signal_stops_seeds_together_with_each_ones_checkpoint(tmp_path):
+    """The schedule a run alone follows: SIGTERM stops every seed after its step, each with a checkpoint and
+    ``interrupted`` in its summary, and the command exits as a run alone does."""
+    out = tmp_path / "together"
+    process = start_cli("run", str(CANONICAL), "--seeds", "0-1", "--batched", "--out", str(out),
+                        "--set", "run.total_frames=10000000", "--set", "eval.every_frames=0")
+    wait_for(out / "seed-1" / "metrics.csv", process)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 143, stderr
+    assert f"python -m rlplug resume {out}" in stderr and "Traceback" not in stderr
+    for seed in (0, 1):
+        summary = json.loads((out / f"seed-{seed}" / "summary.json").read_text())
+        assert (summary["status"], summary["signal"]) == ("interrupted", "SIGTERM") and summary["frames"] > 0
+        assert (out / f"seed-{seed}" / "checkpoint.pt").is_file()
+
+
+def test_the_command_line_and_the_api_share_one_start():
+    """``rlplug run`` and ``resume`` only parse and hand over: the run layer holds how a run is built, trained
+    under signals and resumed."""
+    import rlplug.cli.run as command
+
+    for moved in ("train_until_done_or_stopped", "run_seeds", "resume_batched", "stopped_by"):
+        assert not hasattr(command, moved), moved
+    one_line_error(run_cli("run", str(CANONICAL), "--batched"), "--seeds")

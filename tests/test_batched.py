@@ -107,7 +107,8 @@ def test_the_command_line_refuses_in_one_line(tmp_path):
 
 
 def test_agent_trains_seeds_together(tmp_path):
-    agents = rlplug.Agent.from_recipe(CANONICAL, out=tmp_path / "api", seeds=[2, 4], eval={"episodes": 2},
+    agents = rlplug.Agent.from_recipe(CANONICAL, out=tmp_path / "api", seeds=[2, 4], batched=True,
+                                      eval={"episodes": 2},
                                       run={"total_frames": 1024, "checkpoint_every_frames": 512})
     summaries = agents.train(max_frames=512)
     assert {seed: s["status"] for seed, s in summaries.items()} == {2: "paused", 4: "paused"}

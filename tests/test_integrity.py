@@ -257,7 +257,7 @@ def test_a_metrics_file_that_cannot_be_written_is_not_called_a_full_disk(run_dir
 def test_a_run_stopped_by_a_failed_write_gives_the_advice_for_its_cause(tmp_path, code, advice):
     from types import SimpleNamespace
 
-    from rlplug.cli.run import stopped_by
+    from rlplug.run.start import stopped_by
 
     (tmp_path / "checkpoint.pt").write_bytes(b"")
     error = OSError(code, os.strerror(code), str(tmp_path / "metrics.csv"))

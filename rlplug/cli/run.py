@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import signal
 import sys
 from pathlib import Path
 
@@ -43,6 +42,7 @@ def add_commands(subparsers) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    """Parses and validates, then builds and trains with :mod:`rlplug.run.start`, as the Python API builds."""
     from rlplug import recipe as recipes
     from rlplug.registry import get_registry
 
@@ -51,20 +51,23 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UserError("--gap-threshold sets the optimality gap of the aggregate over seeds; give --seeds too")
     if args.batched and args.seeds is None:
         raise UserError("--batched trains the seeds of --seeds together; give --seeds too (e.g. --seeds 0-7)")
-    if args.seeds is not None:
-        return run_seeds(args)
-    recipe = recipes.load(args.recipe, args.overrides)
+    if args.seeds is None:
+        recipe = recipes.load(args.recipe, args.overrides)
+        chosen: recipes.Recipe | dict[int, recipes.Recipe] = recipe
+    else:
+        seeds = parse_seeds(args.seeds)
+        if any(o.strip().startswith("run.seed") for o in args.overrides):
+            raise UserError("--seeds and --set run.seed both choose seeds; give one of them")
+        chosen = {seed: recipes.load(args.recipe, [*args.overrides, f"run.seed={seed}"]) for seed in seeds}
+        recipe = chosen[seeds[0]]
     with long_lived_objects():
         with hidden_from_torchrl(packages_torchrl_need_not_load(recipe)):
             from rlplug.run.directory import default_run_dir
-            from rlplug.run.trainer import Run  # heavy imports only once the recipe is known to be good
+            from rlplug.run.start import build, train_to_end  # heavy imports only once the recipe is known good
 
-        run_dir = args.out or default_run_dir(args.recipe)
-        try:
-            run = Run.build(recipe, run_dir)
-        except UserError as error:
-            raise error.located(file=str(args.recipe)) from None
-    return train_until_done_or_stopped(run)
+        target = build(chosen, args.out or default_run_dir(args.recipe), batched=args.batched,
+                       gap_threshold=args.gap_threshold, file=str(args.recipe))
+    return train_to_end(target)
 
 
 @contextlib.contextmanager
@@ -130,105 +133,9 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
-def run_seeds(args: argparse.Namespace) -> int:
-    """One run per seed, one after another (or together, ``--batched``), under one directory; then the
-    aggregate and one plot (:func:`rlplug.run.seeds.train_seeds`)."""
-    from rlplug import recipe as recipes
-
-    seeds = parse_seeds(args.seeds)
-    if any(o.strip().startswith("run.seed") for o in args.overrides):
-        raise UserError("--seeds and --set run.seed both choose seeds; give one of them")
-    recipe_by_seed = {seed: recipes.load(args.recipe, [*args.overrides, f"run.seed={seed}"]) for seed in seeds}
-    with long_lived_objects():
-        from rlplug.run.directory import default_run_dir
-        from rlplug.run.seeds import train_seeds
-
-    return train_seeds(recipe_by_seed, args.out or default_run_dir(args.recipe), batched=args.batched,
-                       gap_threshold=args.gap_threshold, train=train_until_done_or_stopped, file=str(args.recipe))
-
-
 def cmd_resume(args: argparse.Namespace) -> int:
-    from rlplug.run.directory import BATCHED_MARKER
-
-    if (args.run_dir / BATCHED_MARKER).is_file():
-        return resume_batched(args)
     with long_lived_objects():
-        from rlplug.run.trainer import Run
+        from rlplug.run.start import reopen, train_to_end
 
-        run = Run.resume(args.run_dir, args.overrides, allow_unverified=args.allow_unverified)
-    if run.frames >= run.recipe.run.total_frames:
-        print(f"{args.run_dir}: already trained for its {run.recipe.run.total_frames} frames; nothing to do")
-        return 0
-    start = "at frame" if (args.run_dir / "checkpoint.pt").exists() else "from frame 0 (it wrote no checkpoint),"
-    changed = f", with {', '.join(run.changed)} changed" if run.changed else ""
-    print(f"resuming {args.run_dir} {start} {run.frames} of {run.recipe.run.total_frames}{changed}", flush=True)
-    return train_until_done_or_stopped(run)
-
-
-def resume_batched(args: argparse.Namespace) -> int:
-    """``rlplug resume DIR`` of seeds trained together: on from their latest checkpoints, together again."""
-    with long_lived_objects():
-        from rlplug.run.batched import BatchedRun
-
-        batched, note = BatchedRun.resume(args.run_dir, args.overrides)
-    if batched is None:
-        raise UserError(f"{args.run_dir}: every seed diverged; nothing to resume")
-    total = batched.runs[0].recipe.run.total_frames
-    if batched.frames >= total:
-        batched.close()
-        print(f"{args.run_dir}: already trained for its {total} frames; nothing to do")
-        return 0
-    print(f"resuming {args.run_dir} (seeds {', '.join(map(str, batched.seeds))}, together) at frame "
-          f"{batched.frames} of {total}", flush=True)
-    from rlplug.run.seeds import train_batched
-
-    return train_batched(batched, note.get("gap_threshold"), train_until_done_or_stopped)
-
-
-def stopped_by(error: OSError, run) -> UserError:
-    """The one line for a run stopped by a failing file write (a full disk): the file, the reason, what is kept
-    and how to go on once the cause is gone (the half-written file was removed)."""
-    from rlplug.run.directory import remedy
-
-    where = f"{error.filename}: " if error.filename else ""
-    if (run.run_dir / "checkpoint.pt").exists():
-        kept = f"the run stopped at frame {run.frames} and its last checkpoint is kept; "
-    elif (run.run_dir / "recipe.toml").exists():
-        kept = "the run stopped before its first checkpoint; "
-    else:
-        return UserError(f"{where}{error.strerror or error}; nothing of the run was written: fix that, then run "
-                         f"it again with the same --out {run.run_dir}")
-    return UserError(f"{where}{error.strerror or error}; {kept}{remedy(error)}, then continue with: "
-                     f"python -m rlplug resume {run.run_dir}")
-
-
-#: Exit statuses after a stop by signal, as shells report them.
-SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}
-
-
-def train_until_done_or_stopped(run) -> int:
-    """Train; SIGINT or SIGTERM stop it after the current gradient step with a checkpoint (a second one at once)."""
-    def stop(signum, frame):
-        name = signal.Signals(signum).name
-        if run.stop_reason is not None:
-            raise KeyboardInterrupt
-        run.request_stop(name)
-        print(f"rlplug: {name}: stopping after this gradient step and writing a checkpoint "
-              f"(send it again to stop at once)", file=sys.stderr, flush=True)
-
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        summary = run.train()
-    except OSError as error:  # a full disk, say: what, where, and how to go on
-        raise stopped_by(error, run) from error
-    finally:
-        try:
-            run.close()  # envs' worker processes end with the run, however it ends
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-    print(f"run directory: {run.run_dir}")
-    if summary["status"] == "interrupted":
-        print(f"stopped at frame {run.frames}; continue with: python -m rlplug resume {run.run_dir}", file=sys.stderr)
-        return SIGNAL_EXIT.get(summary.get("signal"), 1)
-    return 0
+        target = reopen(args.run_dir, args.overrides, allow_unverified=args.allow_unverified)
+    return 0 if target is None else train_to_end(target)

@@ -1,14 +1,15 @@
-"""Seeds trained together: ``rlplug run RECIPE --seeds 0-7 --batched`` and ``Agent.from_recipe(..., seeds=...)``.
+"""Seeds trained together: ``rlplug run RECIPE --seeds 0-7 --batched`` and ``Agent.from_recipe(..., seeds=...,
+batched=True)``.
 
 Each seed is a :class:`SeedRun`, a :class:`~rlplug.run.trainer.Run` of its own recipe (``run.seed`` set), built
 as a run of that seed alone builds it (networks initialised from its seed, envs seeded from it) in its own
 ``seed-N/`` directory, whose checkpoints ``rlplug eval``, ``rlplug resume`` and ``Agent.load`` read like any
-run's. :class:`BatchedRun` drives them: one collection for all (:class:`CollectorsTogether`), one update for all
-(the algorithm's ``batched_update``), then, per seed, what ``Run.train`` does for one run: metrics to its
-loggers, evaluations, checkpoints, ``summary.json``. A seed whose loss, gradient norm or parameters turn
-non-finite stops alone (status ``diverged``, its last good checkpoint kept) and the others go on.
-``batched.json`` in the parent directory (the seeds, and what the command line asked) marks it for
-``rlplug resume``.
+run's. :class:`BatchedRun` drives them on the schedule of every run (:func:`rlplug.run.schedule.train`): one
+collection for all (:class:`CollectorsTogether`), one update for all (the algorithm's ``batched_update``), then,
+per seed, what a run alone does: metrics to its loggers, evaluations, checkpoints, ``summary.json``. A seed
+whose loss, gradient norm or parameters turn non-finite stops alone (status ``diverged``, its last good
+checkpoint kept) and the others go on. ``batched.json`` in the parent directory (the seeds, and what the command
+line asked) marks it for ``rlplug resume``.
 """
 
 from __future__ import annotations
@@ -28,15 +29,16 @@ import torch
 from rlplug.core.collect import Collector, array_road_open
 from rlplug.core.collect_together import CollectorsTogether
 from rlplug.core.recurrent import is_recurrent
-from rlplug.core.training import allow_updates, broken_metric, stop_updates
+from rlplug.core.training import broken_metric, stop_updates
 from rlplug.errors import UserError, reported
 from rlplug.plugins.algorithms.offpolicy.batched import RETRY
 from rlplug.recipe import Recipe
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability, checked_metrics, conform
+from rlplug.run import schedule
 from rlplug.run.directory import BATCHED_MARKER as MARKER
 from rlplug.run.directory import ensure_writable, write_atomically
-from rlplug.run.schedule import episode_seed, next_multiple
+from rlplug.run.schedule import episode_seed
 from rlplug.run.trainer import Run
 
 #: The logger written once for all seeds (in the parent directory, with the means over seeds), not per seed.
@@ -139,21 +141,36 @@ class BatchedRun:
 
     runs: list[SeedRun]
     out: Path
-    together: Any
+    together: protocols.BatchedUpdate
     collector: CollectorsTogether
     #: the runs still training (a diverged one leaves)
     active: list[SeedRun] = field(default_factory=list)
     stop_reason: str | None = None
     #: seed -> the line saying why it stopped
     diverged: dict[int, str] = field(default_factory=dict)
+    #: the training under way: the seeds it started with, their loggers (by ``id``) and those shared by all
+    training: list[SeedRun] = field(default_factory=list)
+    loggers: dict[int, list[protocols.Logger]] = field(default_factory=dict)
+    shared: list[protocols.Logger] = field(default_factory=list)
+    #: the return the seeds' aggregate measures its optimality gap to (None: the env's reward threshold)
+    gap_threshold: float | None = None
 
     @property
     def run_dir(self) -> Path:
         return self.out
 
     @property
+    def recipe(self) -> Recipe:
+        """The first seed's recipe: every seed's but for ``run.seed``."""
+        return self.runs[0].recipe
+
+    @property
     def frames(self) -> int:
         return max(run.frames for run in self.runs)
+
+    @property
+    def iterations(self) -> int:
+        return max(run.iterations for run in self.active or self.runs)
 
     @property
     def seeds(self) -> list[int]:
@@ -216,7 +233,7 @@ class BatchedRun:
             f"{first.recipe.algorithm.title}'s batched_update()")
         # the envs start as each seed's own run starts them (a resumed run's were restarted by Run.resume)
         together.restart([restart_seed(run) if run.frames else run.recipe.run.seed for run in runs])
-        return cls(runs, out, together, CollectorsTogether([run.collector for run in runs], together.actor()),
+        return cls(runs, out, together, CollectorsTogether([own_collector(run) for run in runs], together.actor()),
                    active=list(runs))
 
     def restart(self) -> None:
@@ -236,69 +253,32 @@ class BatchedRun:
             run.close()
 
     def train(self, max_frames: int | None = None, max_iters: int | None = None) -> dict[str, Any]:
-        """Train every active seed to the recipe's ``total_frames`` or the first limit given, evaluating and
-        checkpointing as ``Run.train``; returns ``status`` (of the whole) and each seed's summary."""
-        self.stop_reason = None
-        allow_updates()
+        """Train every active seed to the recipe's ``total_frames`` or the first limit given, on the schedule of
+        every run (:func:`rlplug.run.schedule.train`); returns ``status`` (of the whole) and each seed's summary."""
         if not self.active:
             return {"status": "diverged", "seeds": {}}
-        recipe = self.active[0].recipe
-        settings, frames = recipe.run, self.active[0].frames
-        stop_frames = min(settings.total_frames, frames + max_frames if max_frames else settings.total_frames)
-        stop_iters = self.active[0].iterations + max_iters if max_iters else None
-        next_eval = next_multiple(frames, recipe.eval.every_frames)
-        next_checkpoint = next_multiple(frames, settings.checkpoint_every_frames)
-        loggers: dict[int, list] = {}
-        shared: list = []
-        status, started, frames_before = "failed", time.perf_counter(), frames
-        training = list(self.active)
-        try:
-            for run in training:
-                ensure_writable(run.run_dir)
-                run.write_recipe()
-                loggers[id(run)] = [logger.build(run_dir=run.run_dir, total_frames=settings.total_frames,
-                                                 frames=run.frames, networks=run.networks())
-                                    for logger in recipe.loggers if logger.spec.qualified_name not in SHARED_LOGGERS]
-            shared = [logger.build(run_dir=self.out, total_frames=settings.total_frames, frames=frames, networks={})
-                      for logger in recipe.loggers if logger.spec.qualified_name in SHARED_LOGGERS]
-            while self.active and frames < stop_frames and self.stop_reason is None \
-                    and (stop_iters is None or self.active[0].iterations < stop_iters):
-                frames = self.iterate(loggers, shared, started, frames_before)
-                if next_eval is not None and next_eval <= frames < stop_frames:
-                    next_eval = next_multiple(frames, recipe.eval.every_frames)
-                    self.evaluate(loggers, shared)
-                if next_checkpoint is not None and next_checkpoint <= frames < settings.total_frames:
-                    next_checkpoint = next_multiple(frames, settings.checkpoint_every_frames)
-                    self.checkpoint()
-                    self.restart()
-            if self.stop_reason is None:
-                self.evaluate(loggers, shared)
-            self.checkpoint()
-            status = "interrupted" if self.stop_reason else "finished" if frames >= settings.total_frames else "paused"
-        except KeyboardInterrupt:
-            status = "interrupted"
-            raise
-        finally:
-            allow_updates()  # the stop was for this training; updates called later run whole
-            elapsed = time.perf_counter() - started
-            failing = sys.exc_info()[1] is not None
-            for run in training:
-                run.train_seconds += elapsed
-                if id(run) in loggers:  # not yet finished by a divergence
-                    finish(run, {"status": status, **({"signal": self.stop_reason} if self.stop_reason else {})},
-                           loggers.pop(id(run)), failing)
-            summaries = {run.recipe.run.seed: run.summary() for run in training}
-            for logger in shared:
-                with reported(failing, "a logger did not close cleanly"):
-                    logger.close({"status": status, "seeds": len(training), "frames": frames,
-                                  "eval_return_mean": mean_of([s["eval_return_mean"] for s in summaries.values()
-                                                               if s["eval_return_mean"] is not None]),
-                                  "wall_time_s": round(elapsed, 3), "run_dir": str(self.out)})
-        return {"status": status, **({"signal": self.stop_reason} if self.stop_reason else {}),
-                "seeds": {seed: json.loads((self.out / f"seed-{seed}" / "summary.json").read_text())
-                          for seed in summaries}}
+        outcome = schedule.train(self, max_frames=max_frames, max_iters=max_iters, more=lambda: bool(self.active))
+        return {**outcome, "seeds": {run.recipe.run.seed: json.loads((run.run_dir / "summary.json").read_text())
+                                     for run in self.training}}
 
-    def iterate(self, loggers: dict[int, list], shared: list, started: float, frames_before: int) -> int:
+    def prepare(self) -> None:
+        self.training, self.loggers, self.shared = list(self.active), {}, []
+        for run in self.training:
+            ensure_writable(run.run_dir)
+            run.write_recipe()
+
+    def start_loggers(self) -> None:
+        settings = self.recipe.run
+        for run in self.training:
+            self.loggers[id(run)] = [logger.build(run_dir=run.run_dir, total_frames=settings.total_frames,
+                                                  frames=run.frames, networks=run.networks())
+                                     for logger in self.recipe.loggers
+                                     if logger.spec.qualified_name not in SHARED_LOGGERS]
+        self.shared = [logger.build(run_dir=self.out, total_frames=settings.total_frames, frames=self.frames,
+                                    networks={})
+                       for logger in self.recipe.loggers if logger.spec.qualified_name in SHARED_LOGGERS]
+
+    def iterate(self, started: float, frames_before: int) -> None:
         """One collection and one update for every active seed; a seed whose numbers broke leaves."""
         batches = self.collector.collect()
         for run, batch in zip(self.active, batches):
@@ -308,32 +288,43 @@ class BatchedRun:
         results = self.together.update(batches)
         finite = self.together.finite()
         fps = (frames - frames_before) / (time.perf_counter() - started)
-        title = self.active[0].recipe.algorithm.title
+        title = self.recipe.algorithm.title
         kept, logged = [], []
         for index, (run, metrics, fine) in enumerate(zip(self.active, results, finite)):
             metrics = checked_metrics(metrics, title)
             broken = broken_metric(metrics) or (None if fine else "a network parameter")
             if broken is not None:
-                self.diverge(run, broken, loggers.pop(id(run)))
+                self.diverge(run, broken, self.loggers.pop(id(run)))
                 continue
             kept.append(index)
             tracker = run.collector.tracker
             recent = tracker.recent_return()
             metrics = {"fps": fps, "episodes": tracker.episodes,
                        **({"episode_return": recent} if recent is not None else {}), **metrics}
-            for logger in loggers[id(run)]:
+            for logger in self.loggers[id(run)]:
                 logger.log(metrics, frames)
             logged.append(metrics)
         if logged:
-            means = {key: mean_of([m[key] for m in logged if key in m]) for key in logged[0]}
-            for logger in shared:
+            means = {key: float(np.mean([m[key] for m in logged if key in m])) for key in logged[0]}
+            for logger in self.shared:
                 logger.log({**means, "fps": fps * len(logged)}, frames)
         if len(kept) < len(self.active):
             self.active = [self.active[i] for i in kept]
             self.together.keep(kept)
             if self.active:
                 self.collector.keep(kept, self.together.actor())
-        return frames
+
+    def end(self, outcome: dict[str, Any], failing: bool, seconds: float) -> None:
+        for run in self.training:
+            run.train_seconds += seconds
+            if id(run) in self.loggers:  # not yet finished by a divergence
+                finish(run, dict(outcome), self.loggers.pop(id(run)), failing)
+        returns = [run.eval_returns for run in self.training]
+        for logger in self.shared:
+            with reported(failing, "a logger did not close cleanly"):
+                logger.close({"status": outcome["status"], "seeds": len(self.training), "frames": self.frames,
+                              "eval_return_mean": mean_of([float(np.mean(r)) for r in returns if r]),
+                              "wall_time_s": round(seconds, 3), "run_dir": str(self.out)})
 
     def diverge(self, run: SeedRun, broken: str, loggers: list) -> None:
         """``run`` stops here: its summary says so, its loggers close, the last checkpoint on disk stays."""
@@ -343,11 +334,11 @@ class BatchedRun:
         print(f"rlplug: seed {run.recipe.run.seed}: {line}{others}", file=sys.stderr, flush=True)
         finish(run, {"status": "diverged"}, loggers, failing=False)
 
-    def evaluate(self, loggers: dict[int, list], shared: list) -> None:
-        returns = [float(np.mean(run.evaluate(loggers[id(run)]))) for run in self.active]
+    def evaluation(self) -> None:
+        returns = [float(np.mean(run.evaluate(self.loggers[id(run)]))) for run in self.active]
         if returns:
-            for logger in shared:
-                logger.log({"eval_return_mean": mean_of(returns), "eval_return_std": float(np.std(returns))},
+            for logger in self.shared:
+                logger.log({"eval_return_mean": float(np.mean(returns)), "eval_return_std": float(np.std(returns))},
                            self.active[0].frames)
 
     def checkpoint(self) -> None:
@@ -366,6 +357,14 @@ def finish(run: Run, summary: dict[str, Any], loggers: list, failing: bool) -> N
     for logger in loggers:
         with reported(failing, "a logger did not close cleanly"):
             logger.close(summary)
+
+
+def own_collector(run: Run) -> Collector:
+    """The run's collector as rlplug's own, which stepping together takes (:func:`refuse_unbatchable_run` has
+    refused any other before)."""
+    if not isinstance(run.collector, Collector):
+        raise TypeError(f"seeds trained together step rlplug's own collector, not a {type(run.collector).__name__}")
+    return run.collector
 
 
 def restart_seed(run: Run) -> int:

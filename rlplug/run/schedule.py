@@ -1,7 +1,64 @@
-"""When a run does what it does between updates: evaluations and checkpoints every so many frames, and the seed
-its envs restart from at a checkpoint (the same for a run left alone and one resumed there)."""
+"""When a run does what it does between updates, written once for a single run and for seeds trained together:
+evaluations and checkpoints every so many frames, the seed its envs restart from at a checkpoint (the same for a
+run left alone and one resumed there), how a stop request, lost workers or divergence end it, and that its
+loggers are closed and its summary written however it ends.
+
+:func:`train` asks a :class:`Driver` (:class:`~rlplug.run.trainer.Run`, :class:`~rlplug.run.batched.BatchedRun`)
+for each step; the driver knows how to collect and update, whose loggers to feed, where its files go."""
 
 from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from rlplug.core.training import allow_updates
+from rlplug.errors import UserError, WorkersLost
+from rlplug.recipe import Recipe
+
+
+class TrainingDiverged(UserError):
+    """A loss, gradient or parameter became NaN or infinite."""
+
+
+class Driver(Protocol):
+    """What :func:`train` drives: one run, or seeds trained together."""
+
+    stop_reason: str | None
+
+    @property
+    def recipe(self) -> Recipe: ...
+
+    @property
+    def run_dir(self) -> Path: ...
+
+    @property
+    def frames(self) -> int: ...
+
+    @property
+    def iterations(self) -> int: ...
+
+    def prepare(self) -> None:
+        """Before training: the directory writable and the recipe written (a failure here leaves no summary)."""
+
+    def start_loggers(self) -> None:
+        """Loggers built; whichever started are closed by :meth:`end`, whatever fails after."""
+
+    def iterate(self, started: float, frames_before: int) -> None:
+        """One collection and one update, its metrics logged (``fps`` counted from ``started``, ``frames_before``)."""
+
+    def evaluation(self) -> None: ...
+
+    def checkpoint(self) -> Any: ...
+
+    def restart(self) -> None:
+        """After a checkpoint taken while training goes on: every env restarts from :func:`episode_seed`."""
+
+    def end(self, outcome: dict[str, Any], failing: bool, seconds: float) -> None:
+        """Training ended as ``outcome`` (``status``, ``signal``) after ``seconds``: summaries written and loggers
+        closed (with ``failing``, their errors are reported rather than raised over the one under way)."""
 
 
 def next_multiple(frames: int, every: int) -> int | None:
@@ -12,3 +69,66 @@ def next_multiple(frames: int, every: int) -> int | None:
 def episode_seed(seed: int, frames: int) -> int:
     """The seed every env restarts from at a checkpoint taken at ``frames``: a resumed run uses the same."""
     return (seed * 1_000_003 + frames) % 2**31
+
+
+def train(driver: Driver, *, max_frames: int | None = None, max_iters: int | None = None,
+          eval_every: int | None = None, more: Callable[[], bool] | None = None) -> dict[str, Any]:
+    """Train ``driver`` to the recipe's ``total_frames``, or until the first limit given (counted from this call),
+    or until ``more()`` says no; returns the outcome, ``status`` (``finished``, ``paused`` or ``interrupted``, with
+    the ``signal``) and whatever :meth:`Driver.end` adds.
+
+    Evaluates every ``eval_every`` frames (default: the recipe's ``eval.every_frames``) and at the end;
+    checkpoints every ``run.checkpoint_every_frames`` and at the end; stops early, with a checkpoint, on a stop
+    request (``driver.stop_reason`` set, by a signal handler, say) or when the runner's workers are lost
+    (:class:`WorkersLost`, raised again saying how to go on)."""
+    settings = driver.recipe.run
+    stop_frames = min(settings.total_frames, driver.frames + max_frames if max_frames else settings.total_frames)
+    stop_iters = driver.iterations + max_iters if max_iters else None
+    eval_every = driver.recipe.eval.every_frames if eval_every is None else eval_every
+    next_eval = next_multiple(driver.frames, eval_every)
+    next_checkpoint = next_multiple(driver.frames, settings.checkpoint_every_frames)
+
+    driver.prepare()
+    outcome: dict[str, Any] = {"status": "failed"}
+    driver.stop_reason = None
+    allow_updates()
+    started, frames_before = time.perf_counter(), driver.frames
+    try:
+        driver.start_loggers()
+        while driver.frames < stop_frames and (stop_iters is None or driver.iterations < stop_iters) \
+                and driver.stop_reason is None and (more is None or more()):
+            driver.iterate(started, frames_before)
+            frames = driver.frames
+            if next_eval is not None and next_eval <= frames < stop_frames:
+                next_eval = next_multiple(frames, eval_every)
+                driver.evaluation()
+            if next_checkpoint is not None and next_checkpoint <= frames < settings.total_frames:
+                next_checkpoint = next_multiple(frames, settings.checkpoint_every_frames)
+                driver.checkpoint()
+                driver.restart()
+        if driver.stop_reason is not None:
+            driver.checkpoint()
+            outcome = {"status": "interrupted", "signal": driver.stop_reason}
+        else:
+            driver.evaluation()
+            driver.checkpoint()
+            outcome = {"status": "finished" if driver.frames >= settings.total_frames else "paused"}
+    except TrainingDiverged:
+        outcome = {"status": "diverged"}
+        raise
+    except WorkersLost as error:  # the learner's state is whole: kept, and the run goes on with resume
+        outcome = {"status": "stopped"}
+        try:
+            driver.checkpoint()
+            kept = "with a checkpoint"
+        except TrainingDiverged:  # env statistics the failing env made NaN: the last good checkpoint stays
+            kept = "keeping the last good checkpoint"
+        raise WorkersLost(f"{error.message}; stopped at frame {driver.frames} {kept}; continue with: "
+                          f"python -m rlplug resume {driver.run_dir}", path=error.path) from error
+    except KeyboardInterrupt:
+        outcome = {"status": "interrupted"}
+        raise
+    finally:
+        allow_updates()  # the stop was for this training; updates called later run whole
+        driver.end(outcome, sys.exc_info()[1] is not None, time.perf_counter() - started)
+    return outcome

@@ -1,66 +1,48 @@
-"""Several seeds of one recipe: one run each under ``OUT/seed-N``, one after another or trained together
-(``--batched``: :class:`~rlplug.run.batched.BatchedRun`), then their aggregate (``aggregate.json``) and one plot
-(``curve.png``). ``rlplug run --seeds`` and ``rlplug tune --seeds`` call these; how a run is trained (the CLI's
-signal handling) is the caller's ``train``."""
+"""Several seeds of one recipe: one run each under ``OUT/seed-N``, trained one after another (:class:`SeedRuns`;
+together, ``--batched``, is :class:`~rlplug.run.batched.BatchedRun`), then their aggregate (``aggregate.json``)
+and one plot (``curve.png``), which ``rlplug run --seeds`` (:mod:`rlplug.run.start`) and ``rlplug tune --seeds``
+write."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rlplug.errors import UserError
 from rlplug.recipe import Recipe
-
-#: how a caller trains one run (or seeds together) to its end: the exit status, 0 when it finished
-Train = Callable[[Any], int]
+from rlplug.run.trainer import Run
 
 
-def train_seeds(recipe_by_seed: dict[int, Recipe], out: Path, *, batched: bool, gap_threshold: float | None,
-                train: Train, file: str | None = None) -> int:
-    """Each seed's recipe trained into ``out/seed-N`` (in turn, or together when ``batched``), then the aggregate
-    over the seeds that finished; the first non-zero status of ``train`` stops there and is returned."""
-    from rlplug.run.directory import check_run_dir
+class SeedRuns:
+    """Several seeds of one recipe trained one after another, each a :class:`Run` of its own recipe in
+    ``out/seed-N``, built when first asked for (:meth:`run`): a command training a thousand seeds holds one
+    run's envs at a time."""
 
-    check_run_dir(out)
-    seeds = list(recipe_by_seed)
-    if batched:
-        from rlplug.run.batched import BatchedRun
+    def __init__(self, recipe_by_seed: dict[int, Recipe], out: Path, gap_threshold: float | None = None):
+        self.recipe_by_seed, self.out, self.gap_threshold = recipe_by_seed, out, gap_threshold
+        self.runs: dict[int, Run] = {}
 
-        try:
-            together = BatchedRun.build(list(recipe_by_seed.values()), out, {"gap_threshold": gap_threshold})
-        except UserError as error:
-            raise error.located(file=file) from None
-        return train_batched(together, gap_threshold, train)
-    from rlplug.run.trainer import Run
+    @property
+    def seeds(self) -> list[int]:
+        return list(self.recipe_by_seed)
 
-    for index, (seed, recipe) in enumerate(recipe_by_seed.items()):
-        print(f"seed {seed} ({index + 1} of {len(seeds)})", flush=True)
-        status = train(Run.build(recipe, out / f"seed-{seed}"))
-        if status:
-            return status
-    write_aggregate(out, {seed: final_return(out / f"seed-{seed}") for seed in seeds}, recipe_by_seed[seeds[0]],
-                    gap_threshold)
-    return 0
+    def run(self, seed: int) -> Run:
+        if seed not in self.runs:
+            self.runs[seed] = Run.build(self.recipe_by_seed[seed], self.out / f"seed-{seed}")
+        return self.runs[seed]
 
+    def train(self, max_frames: int | None = None, max_iters: int | None = None) -> dict[str, Any]:
+        """Each seed trained in turn (to ``total_frames`` or the first limit given); ``status`` is the first
+        seed's that did not finish, else ``finished``, and ``seeds`` each one's summary. A seed that diverges
+        raises, as :meth:`Run.train` does, before the next one trains."""
+        summaries = {seed: self.run(seed).train(max_frames=max_frames, max_iters=max_iters) for seed in self.seeds}
+        unfinished = [s["status"] for s in summaries.values() if s["status"] != "finished"]
+        return {"status": unfinished[0] if unfinished else "finished", "seeds": summaries}
 
-def train_batched(batched: Any, gap_threshold: float | None, train: Train) -> int:
-    """Seeds trained together until done or stopped; the aggregate over the seeds that did not diverge, and one
-    line naming those that did."""
-    status = train(batched)
-    if status:
-        return status
-    finished = [seed for seed in batched.seeds if seed not in batched.diverged]
-    if finished:
-        write_aggregate(batched.out, {seed: final_return(batched.out / f"seed-{seed}") for seed in finished},
-                        batched.runs[0].recipe, gap_threshold)
-    if batched.diverged:
-        raise UserError(f"{batched.out}: seed{'s' if len(batched.diverged) > 1 else ''} "
-                        f"{', '.join(map(str, batched.diverged))} diverged (stopped alone, the last good checkpoint "
-                        f"kept in seed-N/; each one's line is above); "
-                        + (f"the aggregate is over the {len(finished)} others" if finished else "no aggregate"))
-    return 0
+    def close(self) -> None:
+        for run in self.runs.values():
+            run.close()
 
 
 def final_return(run_dir: Path) -> float:

@@ -10,7 +10,6 @@ import contextlib
 import copy
 import io
 import json
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -21,7 +20,6 @@ from typing import Any
 import numpy as np
 import tomli_w
 import torch
-from torchrl.envs import EnvBase
 
 from rlplug.core.env_members import as_evaluation_env, close_env, env_statistics
 from rlplug.core.envs import build_env
@@ -29,27 +27,23 @@ from rlplug.core.process import prepare_process, quiet_torchrl, seed_everything
 from rlplug.core.training import (
     NonFiniteError,
     all_finite,
-    allow_updates,
     broken_metric,
     compile_update,
     stop_updates,
     storages_of,
 )
-from rlplug.errors import UserError, WorkersLost, reported
+from rlplug.errors import UserError, reported
 from rlplug.recipe import EVAL_SEED_OFFSET, Recipe, read_toml, validate
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability, checked_metrics, conform
+from rlplug.run import schedule
 from rlplug.run.checkpoints import check_statistics, load_checkpoint, rng_state, sealed, set_rng_state, tensors_finite
 from rlplug.run.directory import Claim, ensure_writable, write_atomically
 from rlplug.run.evaluation import build_eval_env, evaluate
 from rlplug.run.resuming import resumed_recipe
-from rlplug.run.schedule import episode_seed, next_multiple
+from rlplug.run.schedule import TrainingDiverged, episode_seed
 
 quiet_torchrl()
-
-
-class TrainingDiverged(UserError):
-    """A loss, gradient or parameter became NaN or infinite."""
 
 
 @dataclass
@@ -58,21 +52,25 @@ class Run:
 
     recipe: Recipe
     run_dir: Path
-    env: EnvBase
-    eval_env: EnvBase
-    algorithm: Any
+    #: the training envs (a TorchRL ``EnvBase`` or a plugin's env following the protocol)
+    env: protocols.Env
+    eval_env: protocols.Env
+    algorithm: protocols.Algorithm
     #: what the recipe's runner gives: collect(), tracker, restart(seed), sync_weights(), shutdown()
-    collector: Any
+    collector: protocols.Collector
     frames: int = 0
     iterations: int = 0
     train_seconds: float = 0.0
     eval_returns: list[float] = field(default_factory=list)
     stop_reason: str | None = None
-    video_env: Any = None
+    video_env: protocols.Env | None = None
     #: this run's hold on ``run_dir``, given up by :meth:`close` or when the run is dropped
     claim: Claim | None = field(default=None, repr=False)
     #: the recipe keys a resume changed (``--set``), for the user to see
     changed: list[str] = field(default_factory=list)
+    #: the loggers of the training under way (:meth:`train`), and whether they all started
+    loggers: list[protocols.Logger] = field(default_factory=list, repr=False)
+    loggers_started: bool = field(default=False, repr=False)
     _parameter_storages: list | None = field(default=None, repr=False)
     #: the resolved recipe recipe.toml was last seen or written to hold
     _recipe_on_disk: dict | None = field(default=None, repr=False)
@@ -120,94 +118,62 @@ class Run:
 
     def train(self, max_frames: int | None = None, max_episodes: int | None = None, max_iters: int | None = None,
               eval_every: int | None = None) -> dict[str, Any]:
-        """Train to the recipe's ``total_frames``, or until the first limit given (counted from this call).
-
-        Evaluates every ``eval_every`` frames (default: the recipe's ``eval.every_frames``) and at the end;
-        checkpoints every ``run.checkpoint_every_frames`` and at the end; stops early, with a checkpoint,
-        when :meth:`request_stop` is called (by a signal handler, say) or the runner's workers are lost
-        (:class:`WorkersLost`, raised again saying how to go on). ``summary.json`` is written however
-        the call ends once its loggers have started (a refused resume leaves the directory as it was)."""
-        recipe, settings = self.recipe, self.recipe.run
+        """Train to the recipe's ``total_frames``, or until the first limit given (counted from this call), on the
+        one schedule of every run (:func:`rlplug.run.schedule.train`: evaluations every ``eval_every`` frames,
+        default the recipe's ``eval.every_frames``, checkpoints, stop requests, lost workers). ``summary.json`` is
+        written however the call ends once its loggers have started (a refused resume leaves the directory as it
+        was); returns the summary."""
         tracker = self.collector.tracker
-        stop_frames = min(settings.total_frames, self.frames + max_frames if max_frames else settings.total_frames)
         stop_episodes = tracker.episodes + max_episodes if max_episodes else None
-        stop_iters = self.iterations + max_iters if max_iters else None
-        eval_every = recipe.eval.every_frames if eval_every is None else eval_every
-        next_eval, next_checkpoint = next_multiple(self.frames, eval_every), \
-            next_multiple(self.frames, settings.checkpoint_every_frames)
+        return schedule.train(self, max_frames=max_frames, max_iters=max_iters, eval_every=eval_every,
+                              more=lambda: stop_episodes is None or tracker.episodes < stop_episodes)
 
+    def prepare(self) -> None:
         ensure_writable(self.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.write_recipe()
-        loggers: list = []
-        started, frames_before = time.perf_counter(), self.frames
-        summary: dict[str, Any] = {"status": "failed"}
-        self.stop_reason = None
-        allow_updates()
-        loggers_started = False  # a refusal before then (a resume's metrics.csv) leaves summary.json as it was
-        try:
-            for logger in recipe.loggers:  # inside the try: one that fails to start still gets the others closed
-                loggers.append(logger.build(run_dir=self.run_dir, total_frames=settings.total_frames,
-                                            frames=self.frames, networks=self.networks()))
-            loggers_started = True
-            while self.frames < stop_frames and (stop_episodes is None or tracker.episodes < stop_episodes) \
-                    and (stop_iters is None or self.iterations < stop_iters) and self.stop_reason is None:
-                batch = self.collector.collect()
-                self.frames += batch.numel()
-                self.iterations += 1
-                metrics = self.guarded_update(batch)
-                self.collector.sync_weights()
-                recent = tracker.recent_return()
-                runner_metrics = capability(self.collector, protocols.Collector.metrics)
-                metrics = {"fps": (self.frames - frames_before) / (time.perf_counter() - started),
-                           "episodes": tracker.episodes, **({"episode_return": recent} if recent is not None else {}),
-                           **(runner_metrics() if runner_metrics else {}), **metrics}
-                for logger in loggers:
-                    logger.log(metrics, self.frames)
-                if next_eval is not None and next_eval <= self.frames < stop_frames:
-                    next_eval = next_multiple(self.frames, eval_every)
-                    self.evaluate(loggers)
-                if next_checkpoint is not None and next_checkpoint <= self.frames < settings.total_frames:
-                    next_checkpoint = next_multiple(self.frames, settings.checkpoint_every_frames)
-                    self.checkpoint()
-                    self.collector.restart(seed=episode_seed(settings.seed, self.frames))
-            if self.stop_reason is not None:
-                self.checkpoint()
-                summary = {"status": "interrupted", "signal": self.stop_reason}
-            else:
-                self.evaluate(loggers)
-                self.checkpoint()
-                summary = {"status": "finished" if self.frames >= settings.total_frames else "paused"}
-        except TrainingDiverged:
-            summary = {"status": "diverged"}
-            raise
-        except WorkersLost as error:  # the learner's state is whole: kept, and the run goes on with resume
-            summary = {"status": "stopped"}
-            try:
-                self.checkpoint()
-                kept = "with a checkpoint"
-            except TrainingDiverged:  # env statistics the failing env made NaN: the last good checkpoint stays
-                kept = "keeping the last good checkpoint"
-            raise WorkersLost(f"{error.message}; stopped at frame {self.frames} {kept}; continue with: "
-                              f"python -m rlplug resume {self.run_dir}", path=error.path) from error
-        except KeyboardInterrupt:
-            summary = {"status": "interrupted"}
-            raise
-        finally:
-            allow_updates()  # the stop was for this training; updates called later run whole
-            self.train_seconds += time.perf_counter() - started
-            failing = sys.exc_info()[1] is not None
-            with reported(True, "the runner did not shut down cleanly"):
-                # workers elsewhere stop whatever way training ends (a later train() starts them again)
-                self.collector.shutdown()
-            summary.update(self.summary())
-            with reported(failing, "summary.json was not written"):  # on a full disk, say
-                if loggers_started:
-                    write_atomically(self.run_dir / "summary.json", (json.dumps(summary, indent=2) + "\n").encode())
-            for logger in loggers:
-                with reported(failing, "a logger did not close cleanly"):
-                    logger.close(summary)
-        return summary
+        self.loggers, self.loggers_started = [], False
+
+    def start_loggers(self) -> None:
+        settings = self.recipe.run
+        for logger in self.recipe.loggers:  # one at a time: one that fails to start still gets the others closed
+            self.loggers.append(logger.build(run_dir=self.run_dir, total_frames=settings.total_frames,
+                                             frames=self.frames, networks=self.networks()))
+        self.loggers_started = True  # before then (a resume's metrics.csv refused), summary.json stays as it was
+
+    def iterate(self, started: float, frames_before: int) -> None:
+        tracker = self.collector.tracker
+        batch = self.collector.collect()
+        self.frames += batch.numel()
+        self.iterations += 1
+        metrics = self.guarded_update(batch)
+        self.collector.sync_weights()
+        recent = tracker.recent_return()
+        runner_metrics = capability(self.collector, protocols.Collector.metrics)
+        metrics = {"fps": (self.frames - frames_before) / (time.perf_counter() - started),
+                   "episodes": tracker.episodes, **({"episode_return": recent} if recent is not None else {}),
+                   **(runner_metrics() if runner_metrics else {}), **metrics}
+        for logger in self.loggers:
+            logger.log(metrics, self.frames)
+
+    def evaluation(self) -> None:
+        self.evaluate(self.loggers)
+
+    def restart(self) -> None:
+        self.collector.restart(seed=episode_seed(self.recipe.run.seed, self.frames))
+
+    def end(self, outcome: dict[str, Any], failing: bool, seconds: float) -> None:
+        self.train_seconds += seconds
+        with reported(True, "the runner did not shut down cleanly"):
+            # workers elsewhere stop whatever way training ends (a later train() starts them again)
+            self.collector.shutdown()
+        outcome.update(self.summary())
+        with reported(failing, "summary.json was not written"):  # on a full disk, say
+            if self.loggers_started:
+                write_atomically(self.run_dir / "summary.json", (json.dumps(outcome, indent=2) + "\n").encode())
+        for logger in self.loggers:
+            with reported(failing, "a logger did not close cleanly"):
+                logger.close(outcome)
 
     def write_recipe(self, *, checkpointed: bool = False) -> None:
         """``recipe.toml``: the recipe of the latest checkpoint, or of a run yet to write one. Written when it is
