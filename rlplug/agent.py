@@ -43,17 +43,18 @@ class Agent:
 
     @classmethod
     def from_recipe(cls, recipe: str | Path | Mapping[str, Any], *, out: str | Path | None = None,
-                    seeds: Sequence[int] | None = None, batched: bool = False,
+                    seeds: Sequence[int] | None = None, batched: bool | None = None,
                     **overrides: Any) -> Agent | SeedAgents:
         """Build from a recipe: a TOML file, or the same tables as a dict (``{"env": {"use": "gym", "id":
         "CartPole-v1"}, "algorithm": {"use": "ppo"}}``). Overrides are dotted keys (``**{"algorithm.lr":
         3e-4}``) or tables (``algorithm={"lr": 3e-4}``), validated exactly like the file and like ``--set``.
 
         ``seeds=[0, 1, 2]``: one run per seed (its ``run.seed``) under ``out/seed-N``, given back as
-        :class:`SeedAgents` (``agents[seed]`` is each seed's :class:`Agent`); ``agents.train()`` trains them one
-        after another, or, with ``batched=True``, together in one process, their networks stacked and updated at
-        once under ``torch.vmap`` (what ``rlplug run --seeds --batched`` trains; refused in one line where the
-        recipe cannot be batched). Built as ``rlplug run`` builds (:func:`rlplug.run.start.build`)."""
+        :class:`SeedAgents` (``agents[seed]`` is each seed's :class:`Agent`); ``agents.train()`` trains them
+        together in one process, their networks stacked and updated at once under ``torch.vmap`` (what ``rlplug
+        run --seeds --batched`` trains; refused in one line where the recipe cannot be batched), or, with
+        ``batched=False``, one after another (``rlplug run --seeds`` without ``--batched``). Built as ``rlplug
+        run`` builds (:func:`rlplug.run.start.build`)."""
         if isinstance(recipe, Mapping):
             data, file, name = copy.deepcopy(dict(recipe)), "<recipe dict>", Path("recipe")
         else:
@@ -73,7 +74,8 @@ class Agent:
         for seed in seeds:
             recipes.set_value(data, "run.seed", seed, file=file)
             recipe_by_seed[seed] = recipes.validate(copy.deepcopy(data), file=file)
-        return SeedAgents(start.build(recipe_by_seed, run_dir, batched=batched, file=file))
+        together = True if batched is None else batched  # the documented default: seeds= trains together
+        return SeedAgents(start.build(recipe_by_seed, run_dir, batched=together, file=file))
 
     @classmethod
     def load(cls, path: str | Path, *, out: str | Path | None = None, allow_unverified: bool = False) -> Agent:

@@ -61,10 +61,11 @@ PPO_KL = ROOT / "recipes" / "cartpole-ppo-kl.toml"
 
 
 @pytest.mark.slow
-def test_seeds_train_one_after_another_unless_batched(tmp_path):
-    """Without ``batched``, each seed is a run of its own trained in turn: a recipe that cannot be batched
-    trains, and no ``batched.json`` marks the directory; with it, the same refusal as ``--batched``."""
-    agents = rlplug.Agent.from_recipe(PPO_KL, out=tmp_path / "turn", seeds=[0, 3], **SEEDS_SHORT)
+def test_seeds_train_together_unless_batched_is_false(tmp_path):
+    """With ``batched=False``, each seed is a run of its own trained in turn: a recipe that cannot be batched
+    trains, and no ``batched.json`` marks the directory; by default (the README's promise) or with
+    ``batched=True``, the seeds train together, and such a recipe gets the same refusal as ``--batched``."""
+    agents = rlplug.Agent.from_recipe(PPO_KL, out=tmp_path / "turn", seeds=[0, 3], batched=False, **SEEDS_SHORT)
     assert agents.seeds == [0, 3] and agents[3].run.recipe.run.seed == 3
     summaries = agents.train()
     assert {seed: (s["status"], s["frames"], s["seed"]) for seed, s in summaries.items()} == \
@@ -72,9 +73,10 @@ def test_seeds_train_one_after_another_unless_batched(tmp_path):
     assert json.loads((tmp_path / "turn" / "seed-3" / "summary.json").read_text())["seed"] == 3
     assert not (tmp_path / "turn" / "batched.json").exists()
     agents.close()
-    with pytest.raises(rlplug.UserError, match="cannot compute several seeds at once") as caught:
-        rlplug.Agent.from_recipe(PPO_KL, out=tmp_path / "together", seeds=[0, 3], batched=True, **SEEDS_SHORT)
-    assert caught.value.path == "algorithm.loss" and str(PPO_KL) in str(caught.value)
+    for together in ({}, {"batched": True}):
+        with pytest.raises(rlplug.UserError, match="cannot compute several seeds at once") as caught:
+            rlplug.Agent.from_recipe(PPO_KL, out=tmp_path / "together", seeds=[0, 3], **together, **SEEDS_SHORT)
+        assert caught.value.path == "algorithm.loss" and str(PPO_KL) in str(caught.value)
 
 
 @pytest.mark.slow
