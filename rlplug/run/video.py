@@ -174,7 +174,9 @@ def film_episode(env, policy, seed: int, write, cannot_render) -> tuple[float, i
 def rendering_stage(env):
     """The gymnasium vector env under the video env (from :func:`open_video_env`), whose ``render()`` gives
     each copy's frames since the last call."""
-    return env.stage
+    from rlplug.core.env_members import env_member
+
+    return env_member(env, "stage")
 
 
 def checked_frame(frame, env_id: str):
