@@ -9,6 +9,9 @@ and ``next`` with ``observation``, ``reward``, ``done``, ``terminated``, ``trunc
   followed by exploration stages): numpy arrays into per-batch buffers, no TensorDict per step;
 - the TensorDict road for any other TorchRL env and policy: ``env.step_and_maybe_reset(policy(state))``.
 
+Both are stepped by :func:`rlplug.core.rollout.rollout` (evaluation, video and the seeds stepped together too);
+:func:`road_for` picks the road, and the collector passes in what it keeps of each step.
+
 An env that fails on either road (raises in a step, or gives observations that are not finite or not of
 its spec's shape) ends the collection with :class:`EnvFailed`, one line naming the env and, where the
 observations show it, the copy; the run then stops as when workers elsewhere are lost, with a checkpoint of
