@@ -9,6 +9,9 @@ and ``next`` with ``observation``, ``reward``, ``done``, ``terminated``, ``trunc
   followed by exploration stages): numpy arrays into per-batch buffers, no TensorDict per step;
 - the TensorDict road for any other TorchRL env and policy: ``env.step_and_maybe_reset(policy(state))``.
 
+Both are stepped by :func:`rlplug.core.rollout.rollout` (evaluation, video and the seeds stepped together too);
+:func:`road_for` picks the road, and the collector passes in what it keeps of each step.
+
 An env that fails on either road (raises in a step, or gives observations that are not finite or not of
 its spec's shape) ends the collection with :class:`EnvFailed`, one line naming the env and, where the
 observations show it, the copy; the run then stops as when workers elsewhere are lost, with a checkpoint of
@@ -27,10 +30,11 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.envs import EnvBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
-from rlplug.core.acting import ActorView, ArrayActor
+from rlplug.core.acting import ArrayActor
 from rlplug.core.env_members import env_capability
 from rlplug.core.episodes import EpisodeTracker
 from rlplug.core.recurrent import is_recurrent, with_recurrent_state
+from rlplug.core.rollout import ArrayRoad, StepBuffers, TensorDictRoad, rollout
 from rlplug.core.transformed import env_rewards
 from rlplug.errors import UserError, WorkersLost, one_line
 from rlplug.registry import protocols
@@ -80,14 +84,14 @@ def array_actor_for(env: EnvBase, policy, seed: int) -> ArrayActor | None:
     return ArrayActor.for_policy(policy, env.device or "cpu", seed)
 
 
-def actor_view_for(env: EnvBase, policy) -> ActorView | None:
-    """The actor view to collect with on the array road, or None where only the TensorDict road goes."""
-    if not array_road_open(env, policy):
-        return None
-    try:
-        return ActorView.of(policy)
-    except TypeError:
-        return None
+def road_for(env: EnvBase, policy, seed: int, *, deterministic: bool = False,
+             array_road: bool = True) -> ArrayRoad | TensorDictRoad:
+    """The road a :func:`~rlplug.core.rollout.rollout` of ``policy`` on ``env`` takes: the array road where both
+    allow it (and ``array_road``), else TorchRL's, on an env carrying a recurrent policy's state."""
+    actor = array_actor_for(env, policy, seed) if array_road else None
+    if actor is not None:
+        return ArrayRoad(env, actor, deterministic)
+    return TensorDictRoad(with_recurrent_state(env, policy) if is_recurrent(policy) else env, policy)
 
 
 class Collector:
@@ -102,11 +106,11 @@ class Collector:
                             f"{self.envs} parallel envs", path="algorithm.frames_per_batch")
         self.steps = frames_per_batch // self.envs
         self.time_dim = len(env.batch_size)
-        if is_recurrent(policy):
-            self.env = with_recurrent_state(env, policy)
-        self.array_actor = array_actor_for(env, policy, seed) if array_road else None
-        #: env.step_arrays, looked up once: through a TransformedEnv each lookup costs a __getattr__ chain
-        self.step_arrays = env_capability(env, protocols.Env.step_arrays) if self.array_actor else None
+        self.road = road_for(env, policy, seed, array_road=array_road)
+        self.env = self.road.env  # a recurrent policy's: carrying its state
+        self.array_actor = self.road.actor if isinstance(self.road, ArrayRoad) else None
+        #: the env's step_arrays on the array road (what stepping together calls), else None
+        self.step_arrays = self.road.step_arrays if isinstance(self.road, ArrayRoad) else None
         #: where array-road batches go once built (None: they stay on the CPU, where numpy made them)
         self.batch_device = env.device if env.device is not None and torch.device(env.device).type != "cpu" else None
         self.tracker = EpisodeTracker(self.envs)
@@ -146,33 +150,28 @@ class Collector:
         if problem:
             raise EnvFailed(f"{self.name} gave {problem} {when}", path="env")
 
+    def start(self) -> TensorDictBase | np.ndarray:
+        """Every env reset from :attr:`seed` (a failure in it is :class:`EnvFailed`)."""
+        try:
+            return self.road.start(self.seed)
+        except UserError:
+            raise
+        except Exception as error:
+            raise self.failure(error, "in a reset") from error
+
+    def check_state(self, state, when: str) -> None:
+        """:meth:`check_observation` of the state a policy failed on (a TensorDict's ``observation``)."""
+        self.check_observation(state.get("observation", None) if isinstance(state, TensorDictBase) else state, when)
+
     def _collect_tensordicts(self) -> TensorDictBase:
         if self.state is None:
-            self.env.set_seed(self.seed)
-            try:
-                self.state = self.env.reset()
-            except UserError:
-                raise
-            except Exception as error:
-                raise self.failure(error, "in a reset") from error
+            self.state = self.start()
         if isinstance(self.state, np.ndarray):
             raise RuntimeError("the collector's state is the array road's: the TensorDict road cannot go on from it")
-        state: TensorDictBase = self.state
-        steps = []
-        for t in range(self.steps):
-            try:
-                acted = self.policy(state)
-            except Exception:  # the policy's input may be what failed: say so where it is the env's
-                self.check_observation(state.get("observation", None), f"before step {t} of a batch")
-                raise
-            try:
-                step, state = self.env.step_and_maybe_reset(acted)
-            except UserError:
-                raise
-            except Exception as error:
-                raise self.failure(error, f"in step {t} of a batch") from error
-            self.state = state
-            steps.append(step)
+        steps: list[TensorDictBase] = []
+        self.state = rollout(self.road, self.state, steps=self.steps,
+                             record=lambda t, state, acted, step: steps.append(step),
+                             failure=self.failure, check=self.check_state)
         try:
             batch: TensorDictBase = torch.stack(steps, dim=self.time_dim)  # TensorDicts stack into a TensorDict
         except (RuntimeError, ValueError) as error:  # steps of different shapes: the env changed what it gives
@@ -182,54 +181,23 @@ class Collector:
 
     def _collect_arrays(self) -> TensorDictBase:
         """The array road: numpy buffers filled step by step, turned into tensors once per batch."""
-        actor, env, steps, envs = self.array_actor, self.env, self.steps, self.envs
-        if actor is None or self.step_arrays is None:
-            raise RuntimeError("the array road needs an array actor and the env's step_arrays")
-        act, step = actor.act, self.step_arrays
+        if self.array_actor is None:
+            raise RuntimeError("the array road needs an array actor")
         if self.state is None:
-            try:
-                self.state = env_capability(env, protocols.Env.reset_arrays)(seed=self.seed)
-            except UserError:
-                raise
-            except Exception as error:
-                raise self.failure(error, "in a reset") from error
-            actor.seed(self.seed)
-        observation = self.state
-        buffers: list[np.ndarray | None] = []
-        for t in range(steps):
-            try:
-                action, log_prob = act(observation)
-            except Exception:  # the policy's input may be what failed: say so where it is the env's
-                self.check_observation(observation, f"before step {t} of a batch")
-                raise
-            try:  # try costs nothing until something raises
-                next_observation, reward, terminated, truncated, following = step(action)
-                values = (observation, action, log_prob, next_observation, reward, terminated, truncated)
-                if not buffers:  # sized by the first step: [envs, time, ...] of each value's own dtype
-                    buffers = [None if v is None else np.empty((envs, steps, *v.shape[1:]), dtype=v.dtype)
-                               for v in values]
-                for buffer, value in zip(buffers, values):
-                    if buffer is not None:
-                        buffer[:, t] = value
-            except UserError:
-                raise
-            except Exception as error:
-                raise self.failure(error, f"in step {t} of a batch") from error
-            observation = following
-        self.state = observation
-        self.check_observation(buffers[COLUMNS.index("next_obs")], "in a batch", batch=True)
-
-        batch = array_batch(actor, env, dict(zip(COLUMNS, buffers)), envs, steps)
+            self.state = self.start()
+        buffers = StepBuffers((self.envs,), self.steps)
+        self.state = rollout(self.road, self.state, steps=self.steps, record=buffers,
+                             failure=self.failure, check=self.check_state)
+        columns = buffers.columns()
+        self.check_observation(columns["next_obs"], "in a batch", batch=True)
+        batch = array_batch(self.array_actor, self.env, columns, self.envs, self.steps)
         return batch if self.batch_device is None else batch.to(self.batch_device)
-
-
-#: What the array road records at each step, in the order of its buffers.
-COLUMNS = ("obs", "action", "log_prob", "next_obs", "reward", "terminated", "truncated")
 
 
 def array_batch(actor: ArrayActor, env: EnvBase, buffers: dict[str, np.ndarray | None], envs: int,
                 steps: int) -> TensorDictBase:
-    """The ``[envs, steps]`` batch in TorchRL's layout from the array road's buffers (:data:`COLUMNS`)."""
+    """The ``[envs, steps]`` batch in TorchRL's layout from the array road's buffers
+    (:data:`rlplug.core.rollout.COLUMNS`)."""
     tensor = {key: torch.from_numpy(buffer) for key, buffer in buffers.items() if buffer is not None}
     action = tensor["action"]
     if actor.one_hot:  # the actor's layout, as its log-probabilities expect

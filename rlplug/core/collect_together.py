@@ -11,16 +11,15 @@ that seed alone. Only the array road is taken.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 from tensordict import TensorDictBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from rlplug.core.acting import ArrayActor
-from rlplug.core.collect import COLUMNS, Collector, array_batch
-from rlplug.core.env_members import env_capability
-from rlplug.registry import protocols
+from rlplug.core.collect import Collector, array_batch
+from rlplug.core.rollout import ArrayRoad, StepBuffers, rollout
 
 
 class CollectorsTogether:
@@ -46,35 +45,31 @@ class CollectorsTogether:
         return batches
 
     def _collect(self) -> list[TensorDictBase]:
-        collectors, seeds = self.collectors, len(self.collectors)
+        collectors = self.collectors
         envs, steps = collectors[0].envs, collectors[0].steps
-        states: list[Any] = []  # each env's numpy observations (reset_arrays')
-        steppers = []
+        steppers, observations = [], []
         for collector in collectors:
             if collector.step_arrays is None:
                 raise ValueError("collectors step together on the array road only (CollectorsTogether.can_take)")
             if collector.state is None:
-                collector.state = env_capability(collector.env, protocols.Env.reset_arrays)(seed=collector.seed)
-            states.append(collector.state)
+                collector.state = collector.start()
             steppers.append(collector.step_arrays)
-        observation = np.stack(states)
-        buffers: list[np.ndarray | None] = []
-        for t in range(steps):
-            action, log_prob = self.actor.act(observation)
-            transitions = [step(action[k]) for k, step in enumerate(steppers)]
-            next_observation, reward, terminated, truncated, following = (np.stack(part) for part in zip(*transitions))
-            values = (observation, action, log_prob, next_observation, reward, terminated, truncated)
-            if not buffers:  # sized by the first step: [seeds, envs, time, ...] of each value's own dtype
-                buffers = [None if v is None else np.empty((seeds, envs, steps, *v.shape[2:]), dtype=v.dtype)
-                           for v in values]
-            for buffer, value in zip(buffers, values):
-                if buffer is not None:
-                    buffer[:, :, t] = value
-            observation = following
+            observations.append(collector.state)
+        road = ArrayRoad(None, self.actor, step_arrays=stepped_together(steppers))
+        buffers = StepBuffers((len(collectors), envs), steps)
+        observation = rollout(road, np.stack(observations), steps=steps, record=buffers)
         for k, collector in enumerate(collectors):
             collector.state = observation[k]
+        columns = buffers.columns()
         batches = [array_batch(self.actor, collector.env, {key: None if b is None else b[k] for key, b in
-                                                            zip(COLUMNS, buffers)}, envs, steps)
+                                                            columns.items()}, envs, steps)
                    for k, collector in enumerate(collectors)]
         device = collectors[0].batch_device
         return batches if device is None else [batch.to(device) for batch in batches]
+
+
+def stepped_together(steppers: list[Callable]) -> Callable:
+    """One ``step_arrays`` of several envs: env ``k`` takes ``action[k]``; their 5-tuples stacked ``[seeds, ...]``."""
+    def step_all(action: np.ndarray) -> tuple[np.ndarray, ...]:
+        return tuple(np.stack(part) for part in zip(*(stepper(action[k]) for k, stepper in enumerate(steppers))))
+    return step_all

@@ -21,7 +21,13 @@ def env_capability(env, member: Callable) -> Any:
     and then down its ``TransformedEnv`` base envs, never through TorchRL's attribute forwarding: a batched
     env passes a name it lacks on to its copies, and a ``ParallelEnv``'s worker ends on one it cannot find
     (one not started yet recurses)."""
-    name = protocols.optional_name(member, protocols.Env)
+    return env_member(env, protocols.optional_name(member, protocols.Env))
+
+
+def env_member(env, name: str) -> Any:
+    """The member ``name`` of ``env`` or of a ``TransformedEnv`` base env under it, or None: the lookup of
+    :func:`env_capability`, by name, for what one env kind offers outside the protocol (the ``gym`` env's
+    ``stage``, which renders the video's frames)."""
     while env is not None:
         if inspect.getattr_static(env, name, _ABSENT) is not _ABSENT:
             return getattr(env, name)

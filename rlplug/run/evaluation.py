@@ -6,11 +6,10 @@ import torch
 from torchrl.envs import EnvBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
-from rlplug.core.collect import array_actor_for
+from rlplug.core.collect import road_for
 from rlplug.core.envs import build_env
 from rlplug.core.episodes import EpisodeTracker
-from rlplug.core.recurrent import is_recurrent, with_recurrent_state
-from rlplug.core.transformed import env_rewards
+from rlplug.core.rollout import rollout
 from rlplug.plugins.envs import MANY_ENVS
 from rlplug.recipe import Recipe
 
@@ -30,22 +29,12 @@ def evaluate(env: EnvBase, policy, episodes: int, seed: int) -> list[float]:
     long first one)."""
     envs = max(1, env.batch_size.numel())
     tracker = EpisodeTracker(envs, keep=None, quota=episodes)
-    actor = array_actor_for(env, policy, seed)
+    road = road_for(env, policy, seed, deterministic=True)
+
+    def count(t, state, acted, transition) -> None:
+        rewards, dones = road.outcome(transition)
+        tracker.add(rewards.reshape(envs, 1), dones.reshape(envs, 1))
+
     with set_exploration_type(ExplorationType.DETERMINISTIC):
-        if actor:
-            act = actor.act
-            observation = env.reset_arrays(seed=seed)
-            while tracker.episodes < episodes:
-                step = env.step_arrays(act(observation, deterministic=True)[0])
-                _, reward, terminated, truncated, observation = step  # any 5-tuple (protocols.Env.step_arrays)
-                tracker.add(reward.reshape(envs, 1), (terminated | truncated).reshape(envs, 1))
-        else:
-            if is_recurrent(policy):
-                env = with_recurrent_state(env, policy)
-            env.set_seed(seed)
-            state = env.reset()
-            while tracker.episodes < episodes:
-                step, state = env.step_and_maybe_reset(policy(state))
-                tracker.add(env_rewards(step).reshape(envs, 1).cpu().numpy(),
-                            step.get(("next", "done")).reshape(envs, 1).cpu().numpy())
+        rollout(road, road.start(seed), until=lambda: tracker.episodes >= episodes, record=count)
     return list(tracker.recent)

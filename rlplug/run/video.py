@@ -71,7 +71,7 @@ def open_video_env(recipe, statistics: dict[str, Any]):
     try:
         env = build_transformed(render_recipe(recipe).env, device=recipe.run.device)
         as_evaluation_env(env, statistics)
-        env.stage.render()  # frames of the steps TorchRL took to infer the specs: not part of any episode
+        rendering_stage(env).render()  # frames of the steps TorchRL took to infer the specs: not part of any episode
     except ComponentFailure as error:  # the env's factory raised: a missing renderer, a render_mode it lacks
         raise cannot_render(env_id, error.__cause__ or error) from error
     except UserError as error:
@@ -92,7 +92,7 @@ def record_video(env, policy, path: Path, *, env_id: str, episodes: int, seed: i
     ``seed + i``, into ``path`` (written whole or not at all); the number of frames and the returns."""
     import imageio_ffmpeg
 
-    stage = env.stage
+    stage = rendering_stage(env)
     fps = (getattr(stage, "metadata", None) or {}).get("render_fps") or 30
     temporary = path.with_name(f".{path.stem}.partial{path.suffix}")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -139,14 +139,14 @@ def film_episode(env, policy, seed: int, write, cannot_render) -> tuple[float, i
     """One episode from ``seed`` with the deterministic policy, every frame handed to ``write``; its return
     (in the env's own units: statistics are frozen, rewards unscaled) and length."""
     import torch
-    from torchrl.envs.utils import ExplorationType, set_exploration_type, step_mdp
+    from torchrl.envs.utils import ExplorationType, set_exploration_type
 
-    from rlplug.core.collect import actor_view_for
-    from rlplug.core.transformed import env_rewards
+    from rlplug.core.collect import road_for
+    from rlplug.core.rollout import rollout
 
     def frames_now(ended: bool) -> list:
         try:
-            frames = list(env.stage.render()[0])
+            frames = list(rendering_stage(env).render()[0])
         except UserError:
             raise
         except Exception as error:
@@ -155,33 +155,28 @@ def film_episode(env, policy, seed: int, write, cannot_render) -> tuple[float, i
         # frame is not part of this one.
         return frames[:-1] if ended and frames else frames
 
-    actor = actor_view_for(env, policy)
+    road = road_for(env, policy, seed, deterministic=True)
     total, steps, ended = 0.0, 0, False
+
+    def film(t, state, acted, transition) -> None:
+        nonlocal total, steps, ended
+        rewards, dones = road.outcome(transition)
+        total, steps, ended = total + float(rewards.sum()), steps + 1, bool(dones.any())
+        write(frames_now(ended))
+
     with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
-        if actor is not None:  # the array road on tensors, as the collector takes it
-            observation = env.reset_tensors(seed=seed)
-            write(frames_now(False))
-            while not ended:
-                action, _ = actor.act(observation, deterministic=True)
-                transition = env.step_tensors(action)
-                total += float(transition.reward.sum())
-                ended = bool((transition.terminated | transition.truncated).any())
-                steps += 1
-                write(frames_now(ended))
-                observation = transition.observation
-        else:  # any other TorchRL policy: TensorDicts, as rlplug.core.collect.evaluate steps them
-            env.set_seed(seed)  # TorchRL seeds by resetting: that frame is not the episode's start
-            frames_now(False)
-            state = env.reset()
-            write(frames_now(False))
-            while not ended:
-                step = env.step(policy(state))
-                total += float(env_rewards(step).sum())
-                ended = bool(step.get(("next", "done")).any())
-                steps += 1
-                write(frames_now(ended))
-                state = step_mdp(step)
+        state = road.start(seed)
+        write(frames_now(False)[-1:])  # TorchRL seeds by resetting: only the last reset's frame starts the episode
+        rollout(road, state, until=lambda: ended, record=film)
     return total, steps
+
+
+def rendering_stage(env):
+    """The gymnasium vector env under the video env (from :func:`open_video_env`), whose ``render()`` gives
+    each copy's frames since the last call."""
+    from rlplug.core.env_members import env_member
+
+    return env_member(env, "stage")
 
 
 def checked_frame(frame, env_id: str):
