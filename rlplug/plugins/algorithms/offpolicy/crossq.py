@@ -102,4 +102,5 @@ def torchrl_loss(networks: ActorCriticNetworks, settings: Any, action_spec=None,
     refuse_sequences(networks, "CrossQLoss")
     loss = CrossQLoss(networks["policy"], networks["critic"], action_spec=action_spec,
                       **unset_to(values, entropy_defaults(settings)))
-    return with_learners(loss, settings.gamma, ENTROPY_GROUPS, ENTROPY_TERMS, targets=False)
+    # TorchRL's CrossQLoss reads no importance weights
+    return with_learners(loss, settings.gamma, ENTROPY_GROUPS, ENTROPY_TERMS, targets=False, weighted=False)

@@ -282,16 +282,19 @@ def refuse_sequences(networks: ActorCriticNetworks, name: str) -> None:
                         f"from sequences with rlplug's own loss", path="algorithm.loss")
 
 
-def with_learners(loss, gamma: float, groups: dict[str, str], terms: dict[str, str], targets: bool = True):
+def with_learners(loss, gamma: float, groups: dict[str, str], terms: dict[str, str], targets: bool = True,
+                  weighted: bool = True):
     """TorchRL's ``loss`` with its discount set, and what an off-policy algorithm needs to step it: each learner's
     parameters (``parameter_groups``) and which learner each loss term trains (``term_learners``); targets moved
-    by ``update_targets`` where the loss keeps some (``targets``), ``no_targets`` declared where it keeps none."""
+    by ``update_targets`` where the loss keeps some (``targets``), ``no_targets`` declared where it keeps none;
+    prioritised replay's importance weights read where the loss takes them (``weighted``)."""
     from tensordict import TensorDictBase
 
     from rlplug.plugins.losses.torchrl_losses import with_target_updates
 
     loss.make_value_estimator(gamma=gamma)
-    loss.set_keys(priority_weight="weight")  # where rlplug's prioritised buffers put importance weights
+    if weighted:
+        loss.set_keys(priority_weight="weight")  # where rlplug's prioritised buffers put importance weights
 
     def parameters_of(attribute: str) -> list:
         value = getattr(loss, attribute)  # TorchRL's functional parameters hold the modules' buffers too
