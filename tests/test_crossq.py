@@ -38,7 +38,8 @@ def sample(rows: int, seed: int) -> TensorDict:
     generator = torch.Generator().manual_seed(seed)
     terminated = torch.rand(rows, 1, generator=generator) < 0.3
     return TensorDict({
-        "observation": torch.randn(rows, 3, generator=generator), "action": 4 * torch.rand(rows, 1, generator=generator) - 2,
+        "observation": torch.randn(rows, 3, generator=generator),
+        "action": 4 * torch.rand(rows, 1, generator=generator) - 2,
         "next": {"observation": torch.randn(rows, 3, generator=generator),
                  "reward": torch.randn(rows, 1, generator=generator), "terminated": terminated,
                  "done": terminated.clone()},

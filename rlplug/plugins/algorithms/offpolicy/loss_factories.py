@@ -20,7 +20,7 @@ Alpha = Annotated[float, Range(gt=0.0)]
 # -- rlplug's own: their options are the algorithm's keys --------------------------------------------------
 
 @serving("ddpg")
-def make_ddpg_loss(networks: ActorCriticNetworks, settings: Any, observation_spec, action_spec,
+def make_ddpg_objective(networks: ActorCriticNetworks, settings: Any, observation_spec, action_spec,
                    device: str = "cpu"):
     """rlplug's DDPG loss: the critic on one-step targets from the target networks, the actor ascending the
     critic. Its options are the algorithm's keys."""
@@ -30,7 +30,7 @@ def make_ddpg_loss(networks: ActorCriticNetworks, settings: Any, observation_spe
 
 
 @serving("td3")
-def make_td3_loss(networks: ActorCriticNetworks, settings: Any, observation_spec, action_spec,
+def make_td3_objective(networks: ActorCriticNetworks, settings: Any, observation_spec, action_spec,
                   device: str = "cpu"):
     """rlplug's TD3 loss: twin critics on the lower smoothed target, the actor ascending the first critic. Its
     options are the algorithm's keys."""
@@ -40,7 +40,7 @@ def make_td3_loss(networks: ActorCriticNetworks, settings: Any, observation_spec
 
 
 @serving("sac")
-def make_sac_loss(networks: ActorCriticNetworks, settings: Any, observation_spec, action_spec,
+def make_sac_objective(networks: ActorCriticNetworks, settings: Any, observation_spec, action_spec,
                   device: str = "cpu"):
     """rlplug's SAC loss: twin soft critics, the actor and the entropy coefficient. Its options are the
     algorithm's keys."""
@@ -50,7 +50,7 @@ def make_sac_loss(networks: ActorCriticNetworks, settings: Any, observation_spec
 
 
 @serving("crossq")
-def make_crossq_loss(networks: ActorCriticNetworks, settings: Any, observation_spec, action_spec,
+def make_crossq_objective(networks: ActorCriticNetworks, settings: Any, observation_spec, action_spec,
                      device: str = "cpu"):
     """rlplug's CrossQ loss: twin soft critics valuing both batches in one pass, no targets, the actor and the
     entropy coefficient. Its options are the algorithm's keys."""
@@ -71,7 +71,7 @@ def make_dqn_objective(networks: QNetworks, settings: Any, action_spec=None):
 # -- TorchRL's, built with the algorithm's networks ---------------------------------------------------------
 
 @serving("ddpg")
-def make_torchrl_ddpg_loss(
+def make_ddpg_loss(
     networks: ActorCriticNetworks, settings: Any, action_spec=None,
     #: the critic's distance to its target
     loss_function: Distance = "l2",
@@ -88,7 +88,7 @@ def make_torchrl_ddpg_loss(
 
 
 @serving("td3")
-def make_torchrl_td3_loss(
+def make_td3_loss(
     networks: ActorCriticNetworks, settings: Any, action_spec=None,
     #: the target action's noise scale, in action units (unset: the algorithm's target_policy_noise)
     policy_noise: Annotated[float, Range(ge=0.0)] | None = None,
@@ -107,7 +107,7 @@ def make_torchrl_td3_loss(
 
 
 @serving("sac")
-def make_torchrl_sac_loss(
+def make_sac_loss(
     networks: ActorCriticNetworks, settings: Any, action_spec=None,
     #: how many critics (TorchRL makes them from the algorithm's first)
     num_qvalue_nets: Twins | None = None,
@@ -130,7 +130,7 @@ def make_torchrl_sac_loss(
 
 
 @serving("crossq")
-def make_torchrl_crossq_loss(
+def make_crossq_loss(
     networks: ActorCriticNetworks, settings: Any, action_spec=None,
     #: how many critics (TorchRL makes them from the algorithm's first)
     num_qvalue_nets: Twins | None = None,
@@ -154,7 +154,7 @@ def make_torchrl_crossq_loss(
 
 
 @serving("dqn")
-def make_torchrl_dqn_loss(
+def make_dqn_loss(
     networks: QNetworks, settings: Any, action_spec,
     #: the distance of Q to its target (unset: 'smooth_l1', the Huber loss the algorithm uses)
     loss_function: Distance | None = None,
@@ -168,13 +168,13 @@ def make_torchrl_dqn_loss(
 
 
 def register_losses(register) -> None:
-    register("ddpg-loss", make_ddpg_loss)
-    register("td3-loss", make_td3_loss)
-    register("sac-loss", make_sac_loss)
-    register("crossq-loss", make_crossq_loss)
+    register("ddpg-loss", make_ddpg_objective)
+    register("td3-loss", make_td3_objective)
+    register("sac-loss", make_sac_objective)
+    register("crossq-loss", make_crossq_objective)
     register("dqn-loss", make_dqn_objective)
-    register("DDPGLoss", make_torchrl_ddpg_loss)
-    register("TD3Loss", make_torchrl_td3_loss)
-    register("SACLoss", make_torchrl_sac_loss)
-    register("CrossQLoss", make_torchrl_crossq_loss)
-    register("DQNLoss", make_torchrl_dqn_loss)
+    register("DDPGLoss", make_ddpg_loss)
+    register("TD3Loss", make_td3_loss)
+    register("SACLoss", make_sac_loss)
+    register("CrossQLoss", make_crossq_loss)
+    register("DQNLoss", make_dqn_loss)
