@@ -170,3 +170,32 @@ def test_a_tau_or_batched_seeds_are_refused_in_one_line(tmp_path):
     result = run_cli("run", str(RECIPE), "--out", str(tmp_path / "b"), "--seeds", "0,1", "--batched",
                      "--set", "run.total_frames=256")
     one_line_error(result, "algorithm.loss", "cannot compute several seeds at once")
+
+
+#: TorchRL's SACLoss offered to crossq: it keeps target networks, which crossq has no tau to move
+TARGETED_PLUGIN = """
+import rlplug
+from rlplug.plugins.algorithms.offpolicy.loss_factories import make_sac_loss
+
+
+def make_targeted_loss(networks, settings, action_spec=None):
+    return make_sac_loss(networks, settings, action_spec)
+
+
+make_targeted_loss.serves = ("crossq",)
+
+
+@rlplug.hookimpl
+def rlplug_register_losses(register):
+    register("targeted-loss", make_targeted_loss)
+"""
+
+
+@pytest.mark.slow
+def test_a_loss_with_targets_is_refused_for_crossq_as_its_plugins_mistake(tmp_path, install):
+    from conftest import rlplug_cli
+
+    where = install({"targeted": TARGETED_PLUGIN}, dist="targeted")
+    result = rlplug_cli("run", str(RECIPE), "--out", str(tmp_path / "run"), "--set",
+                        'algorithm.loss={use = "targeted-loss"}', path=where, timeout=240)
+    one_line_error(result, "loss 'targeted-loss'", "it keeps target networks, and crossq has none", "plugin's mistake")
