@@ -17,7 +17,7 @@ class ToyConfig:
 
 
 def test_a_default_factory_is_a_default_of_the_recipe_key_not_a_required_key():
-    factory = factory_for(ToyConfig, "builtins:dict")
+    factory = factory_for(ToyConfig, lambda: dict)
     parameters = inspect.signature(factory).parameters
     assert parameters["hidden"].default == [32, 32]
     assert parameters["epochs"].default == 3

@@ -20,7 +20,7 @@ from tensordict import TensorDict
 
 import rlplug
 from conftest import ROOT
-from rlplug.plugins.losses.offpolicy import polyak_update
+from rlplug.plugins.algorithms.offpolicy.losses import polyak_update
 
 RECIPES = ROOT / "recipes"
 #: Each recipe shrunk to a few hundred frames and small networks.

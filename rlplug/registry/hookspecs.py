@@ -131,7 +131,8 @@ def rlplug_register_losses(register):
     """Register loss factories; each returns a TorchRL ``LossModule``: a TensorDict in, a TensorDict of
     ``loss_*`` terms (whose sum the algorithm minimises) and diagnostics out
     (:class:`~rlplug.registry.protocols.Loss`). A factory may say which algorithms it fits with a ``serves``
-    attribute (a tuple of algorithm names), checked when a recipe names it.
+    attribute (a tuple of algorithm names), checked when a recipe names it. The ``networks`` of the off-policy
+    algorithms are typed in :mod:`rlplug.registry.networks`.
 
     Context: ``networks``, ``settings``, ``observation_spec``, ``action_spec``, ``device``.
     """

@@ -1,15 +1,21 @@
 """Built-in algorithms, each registered from its config dataclass (the dataclass's fields are the algorithm's
-recipe table; see :func:`rlplug.plugins.algorithms.common.factory_for`).
+recipe table; see :func:`rlplug.plugins.algorithms.common.factory_for`) and its class, named by a typed function
+that imports it when built (so mypy checks the reference and listing stays torch-free).
 
 - ``onpolicy/``: collect a batch, then learn from it over epochs of minibatches: ``ppo``, ``ppo-kl``, ``a2c``,
   ``vpg``, ``surrogate``, and ``impala`` (the same update, V-trace targets, fed by asynchronous Ray workers);
-- ``offpolicy/``: store transitions in a replay buffer, learn from samples: ``ddpg``, ``td3``, ``sac``, ``dqn``.
+- ``offpolicy/``: store transitions in a replay buffer, learn from samples: ``ddpg``, ``td3``, ``sac``,
+  ``crossq``, ``dqn``; each one's home module holds its class and its losses, registered here too
+  (:mod:`~rlplug.plugins.algorithms.offpolicy.loss_factories`).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rlplug.plugins.algorithms.common import REPLAY_CONTEXT, factory_for
-from rlplug.plugins.algorithms.offpolicy.config import DDPGConfig, DQNConfig, SACConfig, TD3Config
+from rlplug.plugins.algorithms.offpolicy.config import CrossQConfig, DDPGConfig, DQNConfig, SACConfig, TD3Config
+from rlplug.plugins.algorithms.offpolicy.loss_factories import register_losses
 from rlplug.plugins.algorithms.onpolicy.config import (
     A2CConfig,
     ImpalaConfig,
@@ -20,19 +26,90 @@ from rlplug.plugins.algorithms.onpolicy.config import (
 )
 from rlplug.registry.hookspecs import hookimpl
 
-ONPOLICY = "rlplug.plugins.algorithms.onpolicy"
-OFFPOLICY = "rlplug.plugins.algorithms.offpolicy"
+if TYPE_CHECKING:
+    from rlplug.plugins.algorithms.offpolicy.crossq import CrossQ
+    from rlplug.plugins.algorithms.offpolicy.ddpg import DDPG
+    from rlplug.plugins.algorithms.offpolicy.dqn import DQN
+    from rlplug.plugins.algorithms.offpolicy.sac import SAC
+    from rlplug.plugins.algorithms.offpolicy.td3 import TD3
+    from rlplug.plugins.algorithms.onpolicy.impala import IMPALA
+    from rlplug.plugins.algorithms.onpolicy.pg import A2C, VPG, Surrogate
+    from rlplug.plugins.algorithms.onpolicy.ppo import PPO, PPOKL
+
+
+# -- the classes, imported when an algorithm is built ----------------------------------------------------
+
+def ppo() -> type[PPO]:
+    from rlplug.plugins.algorithms.onpolicy.ppo import PPO
+    return PPO
+
+
+def ppo_kl() -> type[PPOKL]:
+    from rlplug.plugins.algorithms.onpolicy.ppo import PPOKL
+    return PPOKL
+
+
+def a2c() -> type[A2C]:
+    from rlplug.plugins.algorithms.onpolicy.pg import A2C
+    return A2C
+
+
+def vpg() -> type[VPG]:
+    from rlplug.plugins.algorithms.onpolicy.pg import VPG
+    return VPG
+
+
+def surrogate() -> type[Surrogate]:
+    from rlplug.plugins.algorithms.onpolicy.pg import Surrogate
+    return Surrogate
+
+
+def impala() -> type[IMPALA]:
+    from rlplug.plugins.algorithms.onpolicy.impala import IMPALA
+    return IMPALA
+
+
+def ddpg() -> type[DDPG]:
+    from rlplug.plugins.algorithms.offpolicy.ddpg import DDPG
+    return DDPG
+
+
+def td3() -> type[TD3]:
+    from rlplug.plugins.algorithms.offpolicy.td3 import TD3
+    return TD3
+
+
+def sac() -> type[SAC]:
+    from rlplug.plugins.algorithms.offpolicy.sac import SAC
+    return SAC
+
+
+def crossq() -> type[CrossQ]:
+    from rlplug.plugins.algorithms.offpolicy.crossq import CrossQ
+    return CrossQ
+
+
+def dqn() -> type[DQN]:
+    from rlplug.plugins.algorithms.offpolicy.dqn import DQN
+    return DQN
 
 
 @hookimpl
 def rlplug_register_algorithms(register):
-    register("ppo", factory_for(PPOConfig, f"{ONPOLICY}.ppo:PPO"))
-    register("ppo-kl", factory_for(PPOKLConfig, f"{ONPOLICY}.ppo:PPOKL"), aliases=("ppo_kl",))
-    register("a2c", factory_for(A2CConfig, f"{ONPOLICY}.pg:A2C"))
-    register("vpg", factory_for(VPGConfig, f"{ONPOLICY}.pg:VPG"), aliases=("reinforce",))
-    register("surrogate", factory_for(SurrogateConfig, f"{ONPOLICY}.pg:Surrogate"))
-    register("impala", factory_for(ImpalaConfig, f"{ONPOLICY}.impala:IMPALA"))
-    register("ddpg", factory_for(DDPGConfig, f"{OFFPOLICY}.ddpg:DDPG", REPLAY_CONTEXT))
-    register("td3", factory_for(TD3Config, f"{OFFPOLICY}.td3:TD3", REPLAY_CONTEXT))
-    register("sac", factory_for(SACConfig, f"{OFFPOLICY}.sac:SAC", REPLAY_CONTEXT))
-    register("dqn", factory_for(DQNConfig, f"{OFFPOLICY}.dqn:DQN", REPLAY_CONTEXT))
+    register("ppo", factory_for(PPOConfig, ppo))
+    register("ppo-kl", factory_for(PPOKLConfig, ppo_kl), aliases=("ppo_kl",))
+    register("a2c", factory_for(A2CConfig, a2c))
+    register("vpg", factory_for(VPGConfig, vpg), aliases=("reinforce",))
+    register("surrogate", factory_for(SurrogateConfig, surrogate))
+    register("impala", factory_for(ImpalaConfig, impala))
+    register("ddpg", factory_for(DDPGConfig, ddpg, REPLAY_CONTEXT))
+    register("td3", factory_for(TD3Config, td3, REPLAY_CONTEXT))
+    register("sac", factory_for(SACConfig, sac, REPLAY_CONTEXT))
+    register("crossq", factory_for(CrossQConfig, crossq, REPLAY_CONTEXT))
+    register("dqn", factory_for(DQNConfig, dqn, REPLAY_CONTEXT))
+
+
+@hookimpl
+def rlplug_register_losses(register):
+    """The off-policy algorithms' losses (the on-policy ones are :mod:`rlplug.plugins.losses`')."""
+    register_losses(register)

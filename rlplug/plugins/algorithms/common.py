@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import inspect
 import typing
 from collections.abc import Callable
@@ -93,12 +92,13 @@ def field_default(field: dataclasses.Field) -> Any:
     return inspect.Parameter.empty
 
 
-def factory_for(config_class: type, algorithm: str,
+def factory_for(config_class: type, algorithm: Callable[[], type],
                 optional_context: dict[str, Any] | None = None) -> Callable[..., Any]:
     """A registrable factory whose signature is the config's fields (the recipe table) plus the context.
 
-    ``algorithm`` ("module:Class") is imported only when built, so listing and validating never import torch;
-    the class is called as ``Class(config, **context)``. ``optional_context`` adds context names with defaults.
+    ``algorithm`` returns the algorithm's class, importing it: it is called only when built, so listing and
+    validating never import torch (a typed function with a local import, which mypy checks); the class is
+    called as ``Class(config, **context)``. ``optional_context`` adds context names with defaults.
     """
     optional_context = optional_context or {}
     hints = typing.get_type_hints(config_class, include_extras=True)
@@ -117,8 +117,7 @@ def factory_for(config_class: type, algorithm: str,
         if missing:
             raise TypeError(f"{factory.__name__} needs the context {', '.join(missing)}")
         context.update({name: values.pop(name) for name in CONTEXT if name in values})
-        module, _, name = algorithm.partition(":")
-        return getattr(importlib.import_module(module), name)(config_class(**values), **context)
+        return algorithm()(config_class(**values), **context)
 
     factory.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]  # signature built at run time
     factory.__doc__ = config_class.__doc__

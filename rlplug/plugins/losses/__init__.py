@@ -1,10 +1,12 @@
 """Losses: what an algorithm minimises, as TorchRL ``LossModule``s (a TensorDict in, ``loss_*`` terms out).
 
 Every built-in algorithm takes a nested ``[algorithm.loss]``. Its default is rlplug's own loss for that
-algorithm (``onpolicy.py``, ``offpolicy.py`` beside this module); TorchRL's own losses are registered under
-their class names, built with the algorithm's networks, their constructor options as recipe keys. A key left
-unset takes the algorithm's setting where it has one (``torchrl_losses.py``). Each factory says which
-algorithms it serves (``serves``), checked when the recipe is validated.
+algorithm; TorchRL's own losses are registered under their class names, built with the algorithm's networks,
+their constructor options as recipe keys. A key left unset takes the algorithm's setting where it has one
+(``torchrl_losses.py``). Each factory says which algorithms it serves (``serves``), checked when the recipe is
+validated. The on-policy family's are here (``onpolicy.py``); each off-policy algorithm's live in its home
+(:mod:`rlplug.plugins.algorithms.offpolicy`), registered from
+:mod:`rlplug.plugins.algorithms.offpolicy.loss_factories`.
 """
 
 from __future__ import annotations
@@ -130,118 +132,6 @@ def make_reinforce_loss(
     return score_loss("reinforce", networks, settings, loss_critic_type=loss_critic_type, clip_value=clip_value)
 
 
-def actor_critic(variant: str, summary: str):
-    """rlplug's off-policy loss for DDPG, TD3 or SAC, its settings the algorithm's own keys."""
-    def make(networks, settings, observation_spec, action_spec, device="cpu"):
-        from rlplug.networks import action_bounds, action_size
-        from rlplug.plugins.losses.offpolicy import ActorCriticLoss
-
-        bounds = action_bounds(observation_spec, action_spec)
-        options = {}
-        if variant == "td3":
-            options.update(policy_noise=settings.target_policy_noise, noise_clip=settings.target_noise_clip)
-        if variant == "sac":
-            target = settings.target_entropy
-            if target is None:
-                target = -float(action_size(action_spec, observation_spec))
-            options.update(alpha_init=settings.initial_entropy_coef, learn_alpha=settings.learn_entropy_coef,
-                           target_entropy=target)
-        return ActorCriticLoss(networks["policy"], networks["critics"], variant=variant, gamma=settings.gamma,
-                               observation_key=networks["policy"].in_keys[0],
-                               action_bounds=None if bounds is None else (bounds[0].to(device), bounds[1].to(device)),
-                               burn_in=settings.burn_in, **options)
-
-    make.__name__ = make.__qualname__ = f"make_{variant}_loss"
-    make.__doc__ = f"{summary} Its options are the algorithm's keys."
-    return serving(variant)(make)
-
-
-@serving("dqn")
-def make_dqn_objective(networks, settings, action_spec=None):
-    """rlplug's DQN loss: the Huber loss against the target network's value (double DQN as the algorithm says).
-    Its options are the algorithm's keys."""
-    from torchrl.data import OneHot
-
-    from rlplug.plugins.losses.offpolicy import DQNObjective
-
-    network = networks["q_network"]
-    return DQNObjective(network, gamma=settings.gamma, double=settings.double, one_hot=isinstance(action_spec, OneHot),
-                        observation_key=network.in_keys[0])
-
-
-@serving("ddpg")
-def make_ddpg_loss(
-    networks, settings, action_spec=None,
-    #: the critic's distance to its target
-    loss_function: Distance = "l2",
-    #: keep a target copy of the actor
-    delay_actor: bool = False,
-    #: keep a target copy of the critic
-    delay_value: bool = True,
-):
-    """TorchRL's DDPGLoss, built with the algorithm's actor and critic; the discount is the algorithm's gamma."""
-    from rlplug.plugins.losses.torchrl_losses import actor_critic_loss
-
-    return actor_critic_loss("ddpg", networks, settings, action_spec, loss_function=loss_function,
-                             delay_actor=delay_actor, delay_value=delay_value)
-
-
-@serving("td3")
-def make_td3_loss(
-    networks, settings, action_spec=None,
-    #: the target action's noise scale, in action units (unset: the algorithm's target_policy_noise)
-    policy_noise: Annotated[float, Range(ge=0.0)] | None = None,
-    #: the target noise's clip (unset: the algorithm's target_noise_clip)
-    noise_clip: Annotated[float, Range(ge=0.0)] | None = None,
-    #: the critics' distance to their target (unset: 'l2', the algorithm's squared error)
-    loss_function: Distance | None = None,
-    #: how many critics (TorchRL makes them from the algorithm's first)
-    num_qvalue_nets: Annotated[int, Range(ge=1)] | None = None,
-):
-    """TorchRL's TD3Loss, built with the algorithm's actor and first critic (TorchRL makes the twins)."""
-    from rlplug.plugins.losses.torchrl_losses import actor_critic_loss
-
-    return actor_critic_loss("td3", networks, settings, action_spec, policy_noise=policy_noise,
-                             noise_clip=noise_clip, loss_function=loss_function, num_qvalue_nets=num_qvalue_nets)
-
-
-@serving("sac")
-def make_sac_loss(
-    networks, settings, action_spec=None,
-    #: how many critics (TorchRL makes them from the algorithm's first)
-    num_qvalue_nets: Annotated[int, Range(ge=1)] | None = None,
-    #: the critics' distance to their target (unset: 'l2', the algorithm's squared error)
-    loss_function: Distance | None = None,
-    #: the entropy coefficient to start from (unset: the algorithm's initial_entropy_coef)
-    alpha_init: Annotated[float, Range(gt=0.0)] | None = None,
-    #: keep alpha fixed (unset: the algorithm's learn_entropy_coef, negated)
-    fixed_alpha: bool | None = None,
-    #: the smallest and largest alpha (unset: unbounded)
-    min_alpha: Annotated[float, Range(gt=0.0)] | None = None,
-    max_alpha: Annotated[float, Range(gt=0.0)] | None = None,
-):
-    """TorchRL's SACLoss, built with the algorithm's actor and first critic (TorchRL makes the twins)."""
-    from rlplug.plugins.losses.torchrl_losses import actor_critic_loss
-
-    return actor_critic_loss("sac", networks, settings, action_spec, num_qvalue_nets=num_qvalue_nets,
-                             loss_function=loss_function, alpha_init=alpha_init, fixed_alpha=fixed_alpha,
-                             min_alpha=min_alpha, max_alpha=max_alpha)
-
-
-@serving("dqn")
-def make_dqn_loss(
-    networks, settings, action_spec,
-    #: the distance of Q to its target (unset: 'smooth_l1', the Huber loss the algorithm uses)
-    loss_function: Distance | None = None,
-    #: double DQN (unset: the algorithm's double)
-    double_dqn: bool | None = None,
-):
-    """TorchRL's DQNLoss, built with the algorithm's Q-network; the discount is the algorithm's gamma."""
-    from rlplug.plugins.losses.torchrl_losses import dqn_loss
-
-    return dqn_loss(networks, settings, action_spec, loss_function=loss_function, double_dqn=double_dqn)
-
-
 @hookimpl
 def rlplug_register_losses(register):
     register("ppo-loss", policy_gradient("clip", "rlplug's PPO loss: the clipped surrogate, value and entropy terms."))
@@ -250,18 +140,7 @@ def rlplug_register_losses(register):
         "score", "rlplug's score-function loss (REINFORCE, A2C, IMPALA): -log pi(a|s) A, value and entropy terms."))
     register("surrogate-loss", policy_gradient(
         "ratio", "rlplug's unclipped importance-ratio surrogate loss, value and entropy terms."))
-    register("ddpg-loss", actor_critic("ddpg", "rlplug's DDPG loss: the critic on one-step targets from the "
-                                                 "target networks, the actor ascending the critic."))
-    register("td3-loss", actor_critic("td3", "rlplug's TD3 loss: twin critics on the lower smoothed target, "
-                                               "the actor ascending the first critic."))
-    register("sac-loss", actor_critic("sac", "rlplug's SAC loss: twin soft critics, the actor and the entropy "
-                                               "coefficient."))
-    register("dqn-loss", make_dqn_objective)
     register("ClipPPOLoss", make_clip_ppo_loss)
     register("KLPENPPOLoss", make_klpen_ppo_loss)
     register("A2CLoss", make_a2c_loss)
     register("ReinforceLoss", make_reinforce_loss)
-    register("DDPGLoss", make_ddpg_loss)
-    register("TD3Loss", make_td3_loss)
-    register("SACLoss", make_sac_loss)
-    register("DQNLoss", make_dqn_loss)

@@ -1,6 +1,8 @@
-"""The actor-critic shape DDPG, TD3 and SAC share: an actor and Q-critics of (observation, action), built from the
-recipe's networks; memory (``lstm``, ``gru``) where they are recurrent. The loss (``ddpg-loss``, ``td3-loss``,
-``sac-loss``, or TorchRL's) owns their target copies; the learners are the actor's and the critics'."""
+"""The actor-critic shape DDPG, TD3, SAC and CrossQ share: an actor and Q-critics of (observation, action), built
+from the recipe's networks; memory (``lstm``, ``gru``) where they are recurrent. The loss (``ddpg-loss``,
+``td3-loss``, ``sac-loss``, ``crossq-loss``, or TorchRL's) owns any target copies; the learners are the actor's
+and the critics' (and the entropy coefficient's: :class:`Stochastic`). :class:`DelayedActor`: the actor moved
+once every ``policy_delay`` critic steps (TD3, CrossQ)."""
 
 from __future__ import annotations
 
@@ -12,10 +14,11 @@ from rlplug.core.recurrent import is_recurrent
 from rlplug.errors import UserError
 from rlplug.networks import action_bounds
 from rlplug.plugins.algorithms.offpolicy.base import OffPolicy
-from rlplug.plugins.algorithms.offpolicy.config import ActorCriticConfigs
+from rlplug.plugins.algorithms.offpolicy.config import ActorCriticConfigs, CrossQConfig, SACConfig, TD3Config
 from rlplug.plugins.algorithms.offpolicy.parts import EpisodeLabels, build_network, learning_rates
 from rlplug.plugins.replay_buffers.buffers import SEQUENCES_NEED_UNIFORM
 from rlplug.registry import protocols
+from rlplug.registry.networks import ActorCriticNetworks
 from rlplug.registry.protocols import capability
 
 
@@ -42,7 +45,7 @@ class ActorCritic(OffPolicy):
             self.episodes = EpisodeLabels()
         return self.actor
 
-    def trained_networks(self) -> dict[str, nn.Module]:
+    def trained_networks(self) -> ActorCriticNetworks:
         return {"policy": self.actor, "critic": self.critic_networks[0], "critics": list(self.critic_networks)}
 
     def learning_rates(self) -> dict[str, float]:
@@ -74,3 +77,39 @@ class ActorCritic(OffPolicy):
         self.noise = self.config.exploration_noise.build(action_spec=self.action_spec, device=self.device,
                                                          total_frames=self.total_frames)
         return [self.noise]
+
+
+class Stochastic(ActorCritic):
+    """An actor that explores by sampling its policy, with an entropy coefficient (``entropy_lr``; unset: the
+    critic's learning rate) tuned towards a target entropy (SAC, CrossQ)."""
+
+    config: SACConfig | CrossQConfig
+    actor_role = "policy"
+    learner_names = ("actor", "critic", "entropy")
+
+    def learning_rates(self) -> dict[str, float]:
+        rates = super().learning_rates()
+        if "entropy" in rates and self.config.entropy_lr is not None:
+            rates["entropy"] = self.config.entropy_lr
+        return rates
+
+
+class DelayedActor(ActorCritic):
+    """The actor (and :attr:`delayed_learners`) and any targets moved once every ``policy_delay`` critic steps; a
+    loss with ``with_actor`` is told to leave the actor's terms out on the other steps."""
+
+    config: TD3Config | CrossQConfig
+    #: the learners stepped on the actor's steps only
+    delayed_learners: tuple[str, ...] = ("actor",)
+
+    def updates_actor(self) -> bool:
+        return (self.steps + 1) % self.config.policy_delay == 0
+
+    def stepped_learners(self) -> set[str]:
+        stepped = set(self.learners.groups) - (set() if self.updates_actor() else set(self.delayed_learners))
+        if protocols.has_member(self.loss_module, protocols.Loss.with_actor):  # no actor term where it is not stepped
+            self.loss_module.with_actor = "actor" in stepped
+        return stepped
+
+    def moves_targets(self) -> bool:
+        return self.updates_actor()

@@ -40,8 +40,8 @@ from torch import nn
 from rlplug.core.training import MetricMean, compile_in_place, summed, updates_stopped
 from rlplug.errors import RlplugWarning, UserError
 from rlplug.networks import is_discrete, observation_key
-from rlplug.plugins.algorithms.offpolicy.config import ActorCriticConfig, OffPolicyConfigs
-from rlplug.plugins.algorithms.offpolicy.contract import check_loss_contract, check_state_kept
+from rlplug.plugins.algorithms.offpolicy.config import ActorCriticConfig, DQNConfig, OffPolicyConfigs, PolyakTargets
+from rlplug.plugins.algorithms.offpolicy.contract import check_loss_contract, check_state_kept, plugin_mistake
 from rlplug.plugins.algorithms.offpolicy.parts import (
     EpisodeLabels,
     Learners,
@@ -51,6 +51,7 @@ from rlplug.plugins.algorithms.offpolicy.parts import (
     mixed_precision_context,
 )
 from rlplug.registry import protocols
+from rlplug.registry.networks import OffPolicyNetworks
 from rlplug.registry.protocols import capability
 
 #: The transition keys stored in the replay buffer (TorchRL's layout); ``observation`` stands for the
@@ -102,6 +103,9 @@ class OffPolicy:
         ), config.loss.title)
         check_loss_contract(self.loss_module, config.loss.title, type(self).__name__.lower(), self.learner_names)
         self.update_targets = protocols.capability(self.loss_module, protocols.Loss.update_targets)
+        if self.update_targets is not None and not isinstance(config, (PolyakTargets, DQNConfig)):
+            raise plugin_mistake(config.loss.title, f"it keeps target networks, and {type(self).__name__.lower()} "
+                                                    f"has none (no tau to move them by)")
         #: the loss's state as built: a key that appears in training would make every checkpoint unloadable
         self.loss_state_keys = set(self.loss_module.state_dict())
         # recurrent layers keep their weights where cuDNN wants them: no flat parameters for them
@@ -131,8 +135,8 @@ class OffPolicy:
         """Build the networks; return the actor the policy acts with."""
         raise NotImplementedError
 
-    def trained_networks(self) -> dict[str, nn.Module]:
-        """The networks the loss is built with, by role (``policy``, ``critic``, ``critics``, ``q_network``)."""
+    def trained_networks(self) -> OffPolicyNetworks:
+        """The networks the loss is built with, by role (:mod:`rlplug.registry.networks`)."""
         raise NotImplementedError
 
     def learning_rates(self) -> dict[str, float]:
@@ -153,6 +157,15 @@ class OffPolicy:
     def moves_targets(self) -> bool:
         """Whether the targets follow the online networks after this gradient step (DQN moves them by frames)."""
         return True
+
+    @property
+    def tau(self) -> float:
+        """The polyak coefficient the loss's targets move by (only an algorithm with targets has one: a loss
+        keeping targets is refused at build for the others)."""
+        config = self.config
+        if not isinstance(config, (PolyakTargets, DQNConfig)):
+            raise TypeError(f"{type(self).__name__} keeps no target networks, so it has no tau")
+        return config.tau
 
     def before_update(self, frames_before: int) -> None:
         """Called after the batch is stored, before the gradient steps: for schedules of the algorithm's own."""
@@ -263,7 +276,7 @@ class OffPolicy:
         terms = [value for key, value in out.items() if key in learners and learners[key] in stepped]
         norms = self.learners.step(summed(terms), stepped)
         if self.update_targets is not None and self.moves_targets():
-            self.update_targets(self.config.tau)
+            self.update_targets(self.tau)
         metrics.add(**{key: value for key, value in out.items() if value.numel() == 1},
                     **{f"grad_norm_{name}": norm for name, norm in norms.items()})
 
@@ -309,7 +322,8 @@ class OffPolicy:
 
     def networks(self) -> dict[str, nn.Module]:
         """The trained networks by name, for loggers that record weights."""
-        return {name: network for name, network in self.trained_networks().items() if isinstance(network, nn.Module)}
+        networks: dict[str, object] = dict(self.trained_networks())
+        return {name: network for name, network in networks.items() if isinstance(network, nn.Module)}
 
     @property
     def parameters(self) -> list[nn.Parameter]:

@@ -1,4 +1,5 @@
-"""Seeds of one off-policy recipe learning together (``rlplug run --seeds --batched``): SAC, DDPG, TD3 and DQN.
+"""Seeds of one off-policy recipe learning together (``rlplug run --seeds --batched``): SAC, DDPG, TD3 and DQN
+(not CrossQ: its batch-normalised critics' statistics are state that changes in every pass).
 
 Each seed's algorithm is built as its own run builds it and stays the source of truth: its replay buffer (seeded
 from its seed) takes its own batches and draws its own samples, its schedules follow its frames, its loss module
@@ -173,7 +174,7 @@ class OffPolicyTogether:
         max_grad_norm = template.config.max_grad_norm
         norms = {name: self.stacks[name].clip_and_step(self.optimisers[name], max_grad_norm) for name in moved}
         if template.update_targets is not None and template.moves_targets():
-            self.move_targets(template.config.tau)
+            self.move_targets(template.tau)
         for index, (algorithm, sample) in enumerate(zip(self.active, samples)):
             algorithm.steps += 1
             algorithm.new_priorities(sample, None if td_error is None else td_error[index])

@@ -1,7 +1,9 @@
-"""Off-policy algorithm configs (DDPG, TD3, SAC, DQN): each dataclass's fields are an algorithm's recipe
+"""Off-policy algorithm configs (DDPG, TD3, SAC, CrossQ, DQN): each dataclass's fields are an algorithm's recipe
 table, its docstring the summary ``rlplug list`` shows. Torch-free, like
 :mod:`rlplug.plugins.algorithms.onpolicy.config`; the algorithms live in
-:mod:`rlplug.plugins.algorithms.offpolicy.base` (the shared update) and ``ddpg``, ``td3``, ``sac``, ``dqn``.
+:mod:`rlplug.plugins.algorithms.offpolicy.base` (the shared update) and ``ddpg``, ``td3``, ``sac``, ``crossq``,
+``dqn``. A key an algorithm does not read is not among its fields: the mixins (:class:`PolyakTargets`,
+:class:`DelayedActorConfig`, :class:`EntropyConfig`) give each algorithm only what it uses.
 
 Every option of skrl's ``DDPG_CFG`` is a key of the same meaning, under rlplug's names where rlplug
 already has one (the on-policy algorithms' ``lr``, ``lr_schedule``, ``max_grad_norm``); the mapping, option
@@ -51,6 +53,7 @@ LearningRate: TypeAlias = Annotated[float | list[float], Check(learning_rate_pro
 DDPG_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("ddpg"))]
 TD3_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("td3"))]
 SAC_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("sac"))]
+CROSSQ_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("crossq"))]
 DQN_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("dqn"))]
 
 
@@ -99,7 +102,7 @@ class OffPolicyConfig:
 
 @dataclass(frozen=True)
 class ActorCriticConfig(OffPolicyConfig):
-    """An actor and Q-critics of (observation, action) for continuous actions, with target networks."""
+    """An actor and Q-critics of (observation, action) for continuous actions."""
 
     #: the actor network
     policy: Network = named(Network, "mlp")
@@ -107,8 +110,6 @@ class ActorCriticConfig(OffPolicyConfig):
     critic: Network = named(Network, "mlp")
     #: learning rate: a number, or a pair [actor, critic]
     lr: LearningRate = 1e-3
-    #: polyak coefficient of the target networks, updated after every gradient step
-    tau: Fraction = 0.005
     #: the noise added to actions while collecting (unset: none)
     exploration_noise: Noise | None = named(Noise, "gaussian")
     #: recurrent networks (lstm, gru) only: steps per sampled sequence; batch_size counts steps and must be
@@ -119,33 +120,25 @@ class ActorCriticConfig(OffPolicyConfig):
 
 
 @dataclass(frozen=True)
-class DDPGConfig(ActorCriticConfig):
-    """Deep deterministic policy gradient: a deterministic actor, one Q-critic, noise to explore."""
+class PolyakTargets:
+    """Target networks that follow the online ones by polyak averaging after every gradient step."""
 
-    #: what each gradient step minimises: rlplug's DDPG loss, or TorchRL's DDPGLoss (built with these networks)
-    loss: DDPG_LOSS = named(Loss, "ddpg-loss")
+    #: polyak coefficient of the target networks, updated after every gradient step
+    tau: Fraction = 0.005
 
 
 @dataclass(frozen=True)
-class TD3Config(ActorCriticConfig):
-    """Twin delayed DDPG: twin critics (the lower target), target policy smoothing, delayed actor updates."""
+class DelayedActorConfig:
+    """An actor updated less often than the critics."""
 
-    #: what each gradient step minimises: rlplug's TD3 loss, or TorchRL's TD3Loss (built with these networks)
-    loss: TD3_LOSS = named(Loss, "td3-loss")
-    #: update the actor and the target networks once every this many critic steps
+    #: update the actor (and any target networks) once every this many critic steps
     policy_delay: Count = 2
-    #: the standard deviation of the noise added to target actions, as a fraction of the action half-range
-    target_policy_noise: NonNegative = 0.2
-    #: the target action noise is clipped to +-this (a fraction of the action half-range)
-    target_noise_clip: NonNegative = 0.5
 
 
 @dataclass(frozen=True)
-class SACConfig(ActorCriticConfig):
-    """Soft actor-critic: a tanh-Gaussian actor, twin critics, an automatically tuned entropy coefficient."""
+class EntropyConfig(ActorCriticConfig):
+    """A stochastic actor and an entropy coefficient tuned towards a target entropy (SAC's, CrossQ's)."""
 
-    #: what each gradient step minimises: rlplug's SAC loss, or TorchRL's SACLoss (built with these networks)
-    loss: SAC_LOSS = named(Loss, "sac-loss")
     #: the entropy coefficient (alpha) to start from
     initial_entropy_coef: Positive = 1.0
     #: tune the entropy coefficient so that the policy's entropy stays near target_entropy
@@ -154,8 +147,46 @@ class SACConfig(ActorCriticConfig):
     target_entropy: float | None = None
     #: learning rate of the entropy coefficient (unset: the critic's)
     entropy_lr: Rate | None = None
-    #: SAC explores by sampling its policy: no added noise unless set
+    #: the actor explores by sampling its policy: no added noise unless set
     exploration_noise: Noise | None = None
+
+
+@dataclass(frozen=True)
+class DDPGConfig(PolyakTargets, ActorCriticConfig):
+    """Deep deterministic policy gradient: a deterministic actor, one Q-critic, noise to explore."""
+
+    #: what each gradient step minimises: rlplug's DDPG loss, or TorchRL's DDPGLoss (built with these networks)
+    loss: DDPG_LOSS = named(Loss, "ddpg-loss")
+
+
+@dataclass(frozen=True)
+class TD3Config(DelayedActorConfig, PolyakTargets, ActorCriticConfig):
+    """Twin delayed DDPG: twin critics (the lower target), target policy smoothing, delayed actor updates."""
+
+    #: what each gradient step minimises: rlplug's TD3 loss, or TorchRL's TD3Loss (built with these networks)
+    loss: TD3_LOSS = named(Loss, "td3-loss")
+    #: the standard deviation of the noise added to target actions, as a fraction of the action half-range
+    target_policy_noise: NonNegative = 0.2
+    #: the target action noise is clipped to +-this (a fraction of the action half-range)
+    target_noise_clip: NonNegative = 0.5
+
+
+@dataclass(frozen=True)
+class SACConfig(PolyakTargets, EntropyConfig):
+    """Soft actor-critic: a tanh-Gaussian actor, twin critics, an automatically tuned entropy coefficient."""
+
+    #: what each gradient step minimises: rlplug's SAC loss, or TorchRL's SACLoss (built with these networks)
+    loss: SAC_LOSS = named(Loss, "sac-loss")
+
+
+@dataclass(frozen=True)
+class CrossQConfig(DelayedActorConfig, EntropyConfig):
+    """CrossQ: SAC without target networks, batch-normalised twin critics, delayed actor updates."""
+
+    #: what each gradient step minimises: rlplug's CrossQ loss, or TorchRL's CrossQLoss (built with these networks)
+    loss: CROSSQ_LOSS = named(Loss, "crossq-loss")
+    #: update the actor and the entropy coefficient once every this many critic steps
+    policy_delay: Count = 3
 
 
 @dataclass(frozen=True)
@@ -186,7 +217,7 @@ class DQNConfig(OffPolicyConfig):
     max_grad_norm: Positive | None = 10.0
 
 
-#: the configs of the actor-critics (DDPG, TD3, SAC): each has a ``loss`` besides :class:`ActorCriticConfig`'s keys
-ActorCriticConfigs: TypeAlias = DDPGConfig | TD3Config | SACConfig
-#: every off-policy algorithm's config: :class:`OffPolicyConfig`'s keys, a ``loss`` and a ``tau``
+#: the configs of the actor-critics: each has a ``loss`` besides :class:`ActorCriticConfig`'s keys
+ActorCriticConfigs: TypeAlias = DDPGConfig | TD3Config | SACConfig | CrossQConfig
+#: every off-policy algorithm's config: :class:`OffPolicyConfig`'s keys and a ``loss``
 OffPolicyConfigs: TypeAlias = ActorCriticConfigs | DQNConfig

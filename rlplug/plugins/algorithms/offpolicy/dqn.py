@@ -6,21 +6,30 @@ One update: the batch is stored; the target network moves towards the online one
 for every ``target_update_interval`` frames collected since the last update; then ``gradient_steps`` steps
 regressing ``Q(s, a)`` on ``r + gamma * (1 - terminated) * Q'(s', argmax_a' Q(s', a'))``, where the argmax
 is the target network's own (plain DQN) or the online network's (double DQN).
+
+Here: the algorithm (:class:`DQN`), rlplug's loss (:class:`DQNObjective`, ``dqn-loss``) and the builds of both
+losses a recipe may choose (:func:`objective`, :func:`torchrl_loss`: TorchRL's ``DQNLoss``).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torch.nn import functional
 from torchrl.data import OneHot
+from torchrl.objectives import LossModule
 
+from rlplug.core.acting import tensor_function
 from rlplug.core.actions import action_layout
 from rlplug.errors import UserError
 from rlplug.plugins.algorithms.offpolicy.base import OffPolicy
 from rlplug.plugins.algorithms.offpolicy.config import DQNConfig
+from rlplug.plugins.algorithms.offpolicy.losses import Sample, polyak_update, target_copy, with_learners
 from rlplug.plugins.algorithms.offpolicy.parts import build_network, exploring
+from rlplug.registry.networks import QNetworks
 
 
 class EpsilonGreedy(TensorDictModuleBase):
@@ -72,7 +81,7 @@ class DQN(OffPolicy):
         self.network = build_network(self.config.q_network, role="q_values", **self.specs)
         return self.network
 
-    def trained_networks(self):
+    def trained_networks(self) -> QNetworks:
         return {"q_network": self.network}
 
     def exploration_stages(self) -> list[TensorDictModuleBase]:
@@ -101,3 +110,70 @@ class DQN(OffPolicy):
 
     def extra_metrics(self) -> dict[str, float]:
         return {"epsilon": self.greedy.epsilon}
+
+
+class DQNObjective(LossModule):
+    """DQN's loss on a Q-network writing one value per discrete action (one-hot or index actions): ``loss``, the
+    Huber loss of ``Q(s, a)`` against ``r + gamma (1 - terminated) Q'(s', argmax)``, the argmax the target
+    network's (or, double DQN, the online network's)."""
+
+    def __init__(self, q_network, *, gamma: float, double: bool, one_hot: bool, observation_key: str = "observation"):
+        super().__init__()
+        self.gamma, self.double, self.one_hot = gamma, double, one_hot
+        self.value_network = q_network
+        self.target_value_network = target_copy(q_network)
+        self.q = tensor_function(q_network, [observation_key])
+        self.target_q = tensor_function(self.target_value_network, [observation_key])
+        self.parameter_groups = {"q": list(q_network.parameters())}
+        self.term_learners = {"loss": "q"}
+        self.target_parameters = {"q": list(self.target_value_network.parameters())}
+
+    @property
+    def batchable(self) -> bool:
+        """Several seeds at once under ``torch.vmap`` (seeds trained together)."""
+        return True
+
+    def forward(self, data: TensorDictBase) -> TensorDictBase:
+        sample = Sample.of(data)
+        with torch.no_grad():
+            next_values = self.target_q(sample.next_observation).float()
+            if self.double:  # the online network chooses, the target network values
+                best = self.q(sample.next_observation).argmax(-1, keepdim=True)
+                next_value = next_values.gather(-1, best)
+            else:
+                next_value = next_values.max(-1, keepdim=True).values
+            target = sample.target(self.gamma, next_value)
+        action = sample.action
+        index = action.argmax(-1, keepdim=True) if self.one_hot else action.reshape(-1, 1).long()
+        q = self.q(sample.observation).float().gather(-1, index)
+        loss = sample.mean(functional.smooth_l1_loss(q, target, reduction="none"))
+        data.set("td_error", (q.detach() - target).abs().reshape(-1))
+        return TensorDict({"loss": loss, "q_value": q.detach().mean()}, batch_size=[])
+
+    @torch.no_grad()
+    def update_targets(self, tau: float) -> None:
+        polyak_update(self.target_value_network, self.value_network, tau)
+
+
+def objective(networks: QNetworks, settings: Any, action_spec=None) -> DQNObjective:
+    """rlplug's DQN loss with the algorithm's Q-network, its discount and ``double``."""
+    network = networks["q_network"]
+    return DQNObjective(network, gamma=settings.gamma, double=settings.double, one_hot=isinstance(action_spec, OneHot),
+                        observation_key=network.in_keys[0])
+
+
+def torchrl_loss(networks: QNetworks, settings: Any, action_spec, **values: Any):
+    """TorchRL's ``DQNLoss`` with the algorithm's Q-network (double DQN as the algorithm says, unless set in
+    ``values``), followed by TorchRL's ``QValueModule`` (which writes the greedy action and its value, as the
+    loss reads them)."""
+    from tensordict.nn import TensorDictSequential
+    from torchrl.modules import QValueModule
+    from torchrl.objectives import DQNLoss
+
+    from rlplug.plugins.losses.torchrl_losses import unset_to
+
+    space = "one_hot" if isinstance(action_spec, OneHot) else "categorical"  # the spec's shape has the env's dims
+    defaults = {"double_dqn": settings.double, "loss_function": "smooth_l1"}
+    q_actor = TensorDictSequential(networks["q_network"], QValueModule(action_space=space))
+    loss = DQNLoss(q_actor, action_space=space, **unset_to(values, defaults))
+    return with_learners(loss, settings.gamma, {"q": "value_network_params"}, {"loss": "q"})

@@ -1,26 +1,91 @@
 """SAC (Haarnoja et al. 2018, with the automatic entropy coefficient): a tanh-Gaussian actor, twin critics with
 target copies (no target actor), and an entropy coefficient alpha tuned towards a target entropy (``-|A|`` by
-default). The loss (``sac-loss``, or TorchRL's ``SACLoss``) holds the formulas and alpha; here, its learners'
-rates: the entropy coefficient's is ``entropy_lr`` (unset: the critic's).
+default). Each gradient step regresses both critics on ``r + gamma (1 - terminated) (min Q'(s', a') - alpha log
+pi(a'|s'))`` (``loss_qvalue``), moves the actor by ``alpha log pi(a|s) - min Q(s, a)`` (``loss_actor``) and
+alpha by ``-log alpha (log pi(a|s) + target entropy)`` (``loss_alpha``); the entropy coefficient's learning
+rate is ``entropy_lr`` (unset: the critic's).
 
 The actor is the ``policy`` role of any network (``mlp`` with ``log_std = "state"`` and ``squash = "tanh"``
 is the usual SAC actor); evaluation takes its deterministic action (the squashed mean).
+
+Here: the algorithm (:class:`SAC`), rlplug's loss (:class:`SACObjective`, ``sac-loss``) and the builds of both
+losses a recipe may choose (:func:`objective`, :func:`torchrl_loss`: TorchRL's ``SACLoss``).
 """
 
 from __future__ import annotations
 
-from rlplug.plugins.algorithms.offpolicy.actor_critic import ActorCritic
+from typing import Any
+
+import torch
+
+from rlplug.plugins.algorithms.offpolicy.actor_critic import Stochastic
 from rlplug.plugins.algorithms.offpolicy.config import SACConfig
+from rlplug.plugins.algorithms.offpolicy.losses import (
+    EntropyTerms,
+    Sample,
+    TargetCritics,
+    default_target_entropy,
+    refuse_sequences,
+    single_transitions,
+    with_learners,
+)
+from rlplug.registry.networks import ActorCriticNetworks
 
 
-class SAC(ActorCritic):
+class SAC(Stochastic):
     config: SACConfig
     critics = 2
-    actor_role = "policy"
-    learner_names = ("actor", "critic", "entropy")
 
-    def learning_rates(self) -> dict[str, float]:
-        rates = super().learning_rates()
-        if "entropy" in rates and self.config.entropy_lr is not None:
-            rates["entropy"] = self.config.entropy_lr
-        return rates
+
+class SACObjective(TargetCritics, EntropyTerms):
+    """SAC's loss: the soft critics on their target copies, the actor, the entropy coefficient."""
+
+    def __init__(self, actor, critics: list, *, gamma: float, observation_key: str = "observation",
+                 alpha_init: float = 1.0, learn_alpha: bool = True, target_entropy: float = -1.0):
+        super().__init__(actor, critics, gamma=gamma, observation_key=observation_key)
+        self.keep_entropy(actor, alpha_init, learn_alpha, target_entropy)
+        self.keep_targets()
+
+    def terms(self, sample: Sample) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        observation = single_transitions(sample.observation, "sac")
+        next_observation = single_transitions(sample.next_observation, "sac")
+        alpha = self.log_alpha.detach().exp()
+        action, log_prob = self.sample_actions(observation)
+        with torch.no_grad():
+            next_action, next_log_prob = self.sample_actions(next_observation)
+            target = sample.target(self.gamma, self.lower_target(next_observation, next_action) - alpha * next_log_prob)
+        critic, td_error = self.critic_term(sample, target)
+        return {"loss_qvalue": critic, **self.actor_terms(observation, action, log_prob, alpha)}, td_error
+
+
+def objective(networks: ActorCriticNetworks, settings: Any, observation_spec, action_spec) -> SACObjective:
+    """rlplug's SAC loss with the algorithm's actor and critics, its discount and entropy settings."""
+    actor = networks["policy"]
+    return SACObjective(actor, networks["critics"], gamma=settings.gamma, observation_key=actor.in_keys[0],
+                        alpha_init=settings.initial_entropy_coef, learn_alpha=settings.learn_entropy_coef,
+                        target_entropy=default_target_entropy(settings, observation_spec, action_spec))
+
+
+def entropy_defaults(settings: Any) -> dict[str, Any]:
+    """The algorithm's entropy settings under the names of TorchRL's ``SACLoss`` and ``CrossQLoss``."""
+    target = settings.target_entropy if settings.target_entropy is not None else "auto"
+    return {"alpha_init": settings.initial_entropy_coef, "fixed_alpha": not settings.learn_entropy_coef,
+            "target_entropy": target, "loss_function": "l2", "num_qvalue_nets": 2}
+
+
+#: which of TorchRL's parameters each learner steps, and which learner each term trains (SAC's and CrossQ's)
+ENTROPY_GROUPS = {"actor": "actor_network_params", "critic": "qvalue_network_params", "entropy": "log_alpha"}
+ENTROPY_TERMS = {"loss_actor": "actor", "loss_qvalue": "critic", "loss_alpha": "entropy"}
+
+
+def torchrl_loss(networks: ActorCriticNetworks, settings: Any, action_spec=None, **values: Any):
+    """TorchRL's ``SACLoss`` with the algorithm's actor and first critic (TorchRL makes the twins); ``values``:
+    the recipe's keys for it, unset ones the algorithm's."""
+    from torchrl.objectives import SACLoss
+
+    from rlplug.plugins.losses.torchrl_losses import unset_to
+
+    refuse_sequences(networks, "SACLoss")
+    loss = SACLoss(networks["policy"], networks["critic"], action_spec=action_spec,
+                   **unset_to(values, entropy_defaults(settings)))
+    return with_learners(loss, settings.gamma, ENTROPY_GROUPS, ENTROPY_TERMS)

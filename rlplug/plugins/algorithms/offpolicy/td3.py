@@ -1,26 +1,80 @@
-"""TD3 (Fujimoto et al. 2018): DDPG with twin critics (the lower target), target policy smoothing (in the loss:
-``td3-loss`` or TorchRL's ``TD3Loss``), and delayed policy updates: the actor and the targets move once every
-``policy_delay`` critic steps."""
+"""TD3 (Fujimoto et al. 2018): DDPG with twin critics (``loss_qvalue``, both on the lower target), target policy
+smoothing (clipped Gaussian noise on the target action, in fractions of the action half-range), and delayed
+policy updates: the actor and the targets move once every ``policy_delay`` critic steps
+(:class:`~rlplug.plugins.algorithms.offpolicy.actor_critic.DelayedActor`).
+
+Here: the algorithm (:class:`TD3`), rlplug's loss (:class:`TD3Objective`, ``td3-loss``) and the builds of both
+losses a recipe may choose (:func:`objective`, :func:`torchrl_loss`: TorchRL's ``TD3Loss``).
+"""
 
 from __future__ import annotations
 
-from rlplug.plugins.algorithms.offpolicy.actor_critic import ActorCritic
+from typing import Any
+
+import torch
+
+from rlplug.networks import action_bounds
+from rlplug.plugins.algorithms.offpolicy.actor_critic import DelayedActor
 from rlplug.plugins.algorithms.offpolicy.config import TD3Config
-from rlplug.registry import protocols
+from rlplug.plugins.algorithms.offpolicy.ddpg import DDPGObjective
+from rlplug.plugins.algorithms.offpolicy.losses import Sample, refuse_sequences, with_learners
+from rlplug.registry.networks import ActorCriticNetworks
 
 
-class TD3(ActorCritic):
+class TD3(DelayedActor):
     config: TD3Config
     critics = 2
 
-    def updates_actor(self) -> bool:
-        return (self.steps + 1) % self.config.policy_delay == 0
 
-    def stepped_learners(self) -> set[str]:
-        stepped = set(self.learners.groups) - (set() if self.updates_actor() else {"actor"})
-        if protocols.has_member(self.loss_module, protocols.Loss.with_actor):  # no actor term where it is not stepped
-            self.loss_module.with_actor = "actor" in stepped
-        return stepped
+class TD3Objective(DDPGObjective):
+    """TD3's loss: DDPG's with twin critics and a smoothed target action."""
 
-    def moves_targets(self) -> bool:
-        return self.updates_actor()
+    critic_term_name = "loss_qvalue"
+    #: the action bounds, where there are some
+    action_low: torch.Tensor
+    action_high: torch.Tensor
+
+    def __init__(self, actor, critics: list, *, gamma: float, observation_key: str = "observation", burn_in: int = 0,
+                 action_bounds: tuple[torch.Tensor, torch.Tensor] | None = None, policy_noise: float = 0.2,
+                 noise_clip: float = 0.5):
+        super().__init__(actor, critics, gamma=gamma, observation_key=observation_key, burn_in=burn_in)
+        self.policy_noise, self.noise_clip = policy_noise, noise_clip
+        if action_bounds is not None:
+            self.register_buffer("action_low", action_bounds[0])
+            self.register_buffer("action_high", action_bounds[1])
+        self.action_bounds = action_bounds
+
+    def target_action(self, sample: Sample) -> torch.Tensor:
+        """The target actor's action with clipped noise, in fractions of the action half-range, kept in bounds."""
+        action = super().target_action(sample)
+        noise = (torch.randn_like(action) * self.policy_noise).clamp(-self.noise_clip, self.noise_clip)
+        if self.action_bounds is None:
+            return action + noise
+        action = action + noise * (self.action_high - self.action_low) / 2
+        return action.clamp(self.action_low, self.action_high)
+
+
+def objective(networks: ActorCriticNetworks, settings: Any, observation_spec, action_spec,
+              device: str = "cpu") -> TD3Objective:
+    """rlplug's TD3 loss with the algorithm's actor and critics, its discount, burn-in and target noise."""
+    actor = networks["policy"]
+    bounds = action_bounds(observation_spec, action_spec)
+    return TD3Objective(actor, networks["critics"], gamma=settings.gamma, observation_key=actor.in_keys[0],
+                        burn_in=settings.burn_in,
+                        action_bounds=None if bounds is None else (bounds[0].to(device), bounds[1].to(device)),
+                        policy_noise=settings.target_policy_noise, noise_clip=settings.target_noise_clip)
+
+
+def torchrl_loss(networks: ActorCriticNetworks, settings: Any, action_spec=None, **values: Any):
+    """TorchRL's ``TD3Loss`` with the algorithm's actor and first critic (TorchRL makes the twins); ``values``:
+    the recipe's keys for it, unset ones the algorithm's."""
+    from torchrl.objectives import TD3Loss
+
+    from rlplug.plugins.losses.torchrl_losses import unset_to
+
+    refuse_sequences(networks, "TD3Loss")
+    defaults = {"policy_noise": settings.target_policy_noise, "noise_clip": settings.target_noise_clip,
+                "loss_function": "l2", "num_qvalue_nets": 2}
+    loss = TD3Loss(networks["policy"], networks["critic"], action_spec=action_spec, **unset_to(values, defaults))
+    return with_learners(loss, settings.gamma, {"actor": "actor_network_params", "critic": "qvalue_network_params"},
+                         {"loss_actor": "actor", "loss_qvalue": "critic"})

@@ -1,0 +1,180 @@
+"""The off-policy losses as the registry sees them: torch-free factories whose signatures are each loss's recipe
+keys (a key left unset takes the algorithm's setting where it has one), each marked with the algorithms it
+serves. Each imports its algorithm's home (``ddpg.py``, ``td3.py``, ``sac.py``, ``crossq.py``, ``dqn.py``),
+where the loss is, only when built: listing and validating recipes never load torch. Registered from
+:func:`rlplug.plugins.algorithms.rlplug_register_losses`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from rlplug.plugins.losses import Distance, serving
+from rlplug.registry.networks import ActorCriticNetworks, QNetworks
+from rlplug.registry.schema import Range
+
+Twins = Annotated[int, Range(ge=1)]
+Alpha = Annotated[float, Range(gt=0.0)]
+
+
+# -- rlplug's own: their options are the algorithm's keys --------------------------------------------------
+
+@serving("ddpg")
+def make_ddpg_objective(networks: ActorCriticNetworks, settings: Any, observation_spec, action_spec,
+                   device: str = "cpu"):
+    """rlplug's DDPG loss: the critic on one-step targets from the target networks, the actor ascending the
+    critic. Its options are the algorithm's keys."""
+    from rlplug.plugins.algorithms.offpolicy import ddpg
+
+    return ddpg.objective(networks, settings)
+
+
+@serving("td3")
+def make_td3_objective(networks: ActorCriticNetworks, settings: Any, observation_spec, action_spec,
+                  device: str = "cpu"):
+    """rlplug's TD3 loss: twin critics on the lower smoothed target, the actor ascending the first critic. Its
+    options are the algorithm's keys."""
+    from rlplug.plugins.algorithms.offpolicy import td3
+
+    return td3.objective(networks, settings, observation_spec, action_spec, device)
+
+
+@serving("sac")
+def make_sac_objective(networks: ActorCriticNetworks, settings: Any, observation_spec, action_spec,
+                  device: str = "cpu"):
+    """rlplug's SAC loss: twin soft critics, the actor and the entropy coefficient. Its options are the
+    algorithm's keys."""
+    from rlplug.plugins.algorithms.offpolicy import sac
+
+    return sac.objective(networks, settings, observation_spec, action_spec)
+
+
+@serving("crossq")
+def make_crossq_objective(networks: ActorCriticNetworks, settings: Any, observation_spec, action_spec,
+                     device: str = "cpu"):
+    """rlplug's CrossQ loss: twin soft critics valuing both batches in one pass, no targets, the actor and the
+    entropy coefficient. Its options are the algorithm's keys."""
+    from rlplug.plugins.algorithms.offpolicy import crossq
+
+    return crossq.objective(networks, settings, observation_spec, action_spec)
+
+
+@serving("dqn")
+def make_dqn_objective(networks: QNetworks, settings: Any, action_spec=None):
+    """rlplug's DQN loss: the Huber loss against the target network's value (double DQN as the algorithm says).
+    Its options are the algorithm's keys."""
+    from rlplug.plugins.algorithms.offpolicy import dqn
+
+    return dqn.objective(networks, settings, action_spec)
+
+
+# -- TorchRL's, built with the algorithm's networks ---------------------------------------------------------
+
+@serving("ddpg")
+def make_ddpg_loss(
+    networks: ActorCriticNetworks, settings: Any, action_spec=None,
+    #: the critic's distance to its target
+    loss_function: Distance = "l2",
+    #: keep a target copy of the actor
+    delay_actor: bool = False,
+    #: keep a target copy of the critic
+    delay_value: bool = True,
+):
+    """TorchRL's DDPGLoss, built with the algorithm's actor and critic; the discount is the algorithm's gamma."""
+    from rlplug.plugins.algorithms.offpolicy import ddpg
+
+    return ddpg.torchrl_loss(networks, settings, loss_function=loss_function, delay_actor=delay_actor,
+                             delay_value=delay_value)
+
+
+@serving("td3")
+def make_td3_loss(
+    networks: ActorCriticNetworks, settings: Any, action_spec=None,
+    #: the target action's noise scale, in action units (unset: the algorithm's target_policy_noise)
+    policy_noise: Annotated[float, Range(ge=0.0)] | None = None,
+    #: the target noise's clip (unset: the algorithm's target_noise_clip)
+    noise_clip: Annotated[float, Range(ge=0.0)] | None = None,
+    #: the critics' distance to their target (unset: 'l2', the algorithm's squared error)
+    loss_function: Distance | None = None,
+    #: how many critics (TorchRL makes them from the algorithm's first)
+    num_qvalue_nets: Twins | None = None,
+):
+    """TorchRL's TD3Loss, built with the algorithm's actor and first critic (TorchRL makes the twins)."""
+    from rlplug.plugins.algorithms.offpolicy import td3
+
+    return td3.torchrl_loss(networks, settings, action_spec, policy_noise=policy_noise, noise_clip=noise_clip,
+                            loss_function=loss_function, num_qvalue_nets=num_qvalue_nets)
+
+
+@serving("sac")
+def make_sac_loss(
+    networks: ActorCriticNetworks, settings: Any, action_spec=None,
+    #: how many critics (TorchRL makes them from the algorithm's first)
+    num_qvalue_nets: Twins | None = None,
+    #: the critics' distance to their target (unset: 'l2', the algorithm's squared error)
+    loss_function: Distance | None = None,
+    #: the entropy coefficient to start from (unset: the algorithm's initial_entropy_coef)
+    alpha_init: Alpha | None = None,
+    #: keep alpha fixed (unset: the algorithm's learn_entropy_coef, negated)
+    fixed_alpha: bool | None = None,
+    #: the smallest and largest alpha (unset: unbounded)
+    min_alpha: Alpha | None = None,
+    max_alpha: Alpha | None = None,
+):
+    """TorchRL's SACLoss, built with the algorithm's actor and first critic (TorchRL makes the twins)."""
+    from rlplug.plugins.algorithms.offpolicy import sac
+
+    return sac.torchrl_loss(networks, settings, action_spec, num_qvalue_nets=num_qvalue_nets,
+                            loss_function=loss_function, alpha_init=alpha_init, fixed_alpha=fixed_alpha,
+                            min_alpha=min_alpha, max_alpha=max_alpha)
+
+
+@serving("crossq")
+def make_crossq_loss(
+    networks: ActorCriticNetworks, settings: Any, action_spec=None,
+    #: how many critics (TorchRL makes them from the algorithm's first)
+    num_qvalue_nets: Twins | None = None,
+    #: the critics' distance to their target (unset: 'l2', the algorithm's squared error)
+    loss_function: Distance | None = None,
+    #: the entropy coefficient to start from (unset: the algorithm's initial_entropy_coef)
+    alpha_init: Alpha | None = None,
+    #: keep alpha fixed (unset: the algorithm's learn_entropy_coef, negated)
+    fixed_alpha: bool | None = None,
+    #: the smallest and largest alpha (unset: unbounded)
+    min_alpha: Alpha | None = None,
+    max_alpha: Alpha | None = None,
+):
+    """TorchRL's CrossQLoss, built with the algorithm's actor and first critic (TorchRL makes the twins); it
+    keeps no target networks."""
+    from rlplug.plugins.algorithms.offpolicy import crossq
+
+    return crossq.torchrl_loss(networks, settings, action_spec, num_qvalue_nets=num_qvalue_nets,
+                               loss_function=loss_function, alpha_init=alpha_init, fixed_alpha=fixed_alpha,
+                               min_alpha=min_alpha, max_alpha=max_alpha)
+
+
+@serving("dqn")
+def make_dqn_loss(
+    networks: QNetworks, settings: Any, action_spec,
+    #: the distance of Q to its target (unset: 'smooth_l1', the Huber loss the algorithm uses)
+    loss_function: Distance | None = None,
+    #: double DQN (unset: the algorithm's double)
+    double_dqn: bool | None = None,
+):
+    """TorchRL's DQNLoss, built with the algorithm's Q-network; the discount is the algorithm's gamma."""
+    from rlplug.plugins.algorithms.offpolicy import dqn
+
+    return dqn.torchrl_loss(networks, settings, action_spec, loss_function=loss_function, double_dqn=double_dqn)
+
+
+def register_losses(register) -> None:
+    register("ddpg-loss", make_ddpg_objective)
+    register("td3-loss", make_td3_objective)
+    register("sac-loss", make_sac_objective)
+    register("crossq-loss", make_crossq_objective)
+    register("dqn-loss", make_dqn_objective)
+    register("DDPGLoss", make_ddpg_loss)
+    register("TD3Loss", make_td3_loss)
+    register("SACLoss", make_sac_loss)
+    register("CrossQLoss", make_crossq_loss)
+    register("DQNLoss", make_dqn_loss)
