@@ -299,7 +299,7 @@ def widen_input(trunk: nn.Sequential, extra: int, *, init: Init, gain: float) ->
             trunk[index] = linear(layer.in_features + extra, layer.out_features, init=init, gain=gain,
                                   bias=layer.bias is not None)
             return
-        if not isinstance(layer, (nn.Identity, nn.Flatten, nn.Dropout, *ELEMENTWISE)):
+        if not isinstance(layer, (nn.Flatten, *ELEMENTWISE)):
             raise UserError(f"a critic of the observation and the action concatenates them before its first "
                             f"Linear layer; a {type(layer).__name__} before it would read the observation "
                             f"alone: move it after the first Linear")

@@ -1,13 +1,14 @@
 """Torch layers from recipe tables (the ``sequential`` network), and the initialised linear layer every
-built-in network uses. Recipes are data: a layer type is only ever a key of :data:`LAYERS`."""
+built-in network uses. Recipes are data: a layer type is only ever a key of :data:`LAYER_TYPES`."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from torch import nn
+from torch import Tensor, nn
 
 from rlplug.core.process import physical_memory
 from rlplug.errors import ParameterError, UserError, did_you_mean
@@ -39,31 +40,76 @@ def linear(fan_in: int, fan_out: int, *, init: Init = "orthogonal", gain: float 
     return layer
 
 
-#: The torch.nn layers a recipe may name, and nothing else: recipe text is only ever a key of this table.
-LAYERS: dict[str, type[nn.Module]] = {
-    "Linear": nn.Linear, "ReLU": nn.ReLU, "Tanh": nn.Tanh, "ELU": nn.ELU, "GELU": nn.GELU, "SiLU": nn.SiLU,
-    "LeakyReLU": nn.LeakyReLU, "Sigmoid": nn.Sigmoid, "LayerNorm": nn.LayerNorm, "Dropout": nn.Dropout,
-    "Flatten": nn.Flatten, "Identity": nn.Identity,
+class BatchNorm1d(nn.BatchNorm1d):
+    """Batch normalisation of the last dim for inputs of any batch dims ([B, C], [envs, time, C]): torch's
+    BatchNorm1d reads the channels in dim 1, so the batch dims are flattened into one and restored."""
+
+    def forward(self, input: Tensor) -> Tensor:
+        return super().forward(input.reshape(-1, input.shape[-1])).reshape(input.shape)
+
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class LayerType:
+    """Everything rlplug knows of one layer type a recipe may name: adding a type is adding one record."""
+
+    #: the module built (with the checked options as keyword arguments)
+    module: type[nn.Module]
+    #: the options a recipe may set, with their types (checked like any parameter); sizes are not among them
+    options: Mapping[str, Any] = field(default_factory=dict)
+    #: the constructor argument given the input's last dim (the previous layer's features), if any
+    size: str | None = None
+    #: whether it acts on each feature alone (so it may read the observation and the action concatenated)
+    elementwise: bool = False
+    #: the options a recipe must set, each with what it is (said when it is missing)
+    required: Mapping[str, str] = field(default_factory=dict)
+    #: for layers that change the shape: (input shape, options, init) -> (module, output shape)
+    build: Callable[[Shape, dict[str, Any], Init], tuple[nn.Module, Shape]] | None = None
+
+
+def _build_linear(shape: Shape, options: dict[str, Any], init: Init) -> tuple[nn.Module, Shape]:
+    out = options.pop("out")
+    return linear(shape[-1], out, init=init, **options), (*shape[:-1], out)
+
+
+def _build_flatten(shape: Shape, options: dict[str, Any], init: Init) -> tuple[nn.Module, Shape]:
+    if len(shape) == 1:
+        return nn.Identity(), shape
+    return nn.Flatten(-len(shape), -1), (math.prod(shape),)
+
+
+#: The layer types a recipe may name, and nothing else: recipe text is only ever a key of this table.
+LAYER_TYPES: dict[str, LayerType] = {
+    "Linear": LayerType(nn.Linear, {"out": Annotated[int, Range(ge=1)], "bias": bool}, size="in_features",
+                        required={"out": "its number of output features, e.g. {type = \"Linear\", out = 64}"},
+                        build=_build_linear),
+    "ReLU": LayerType(nn.ReLU, elementwise=True),
+    "Tanh": LayerType(nn.Tanh, elementwise=True),
+    "ELU": LayerType(nn.ELU, {"alpha": float}, elementwise=True),
+    "GELU": LayerType(nn.GELU, {"approximate": Literal["none", "tanh"]}, elementwise=True),
+    "SiLU": LayerType(nn.SiLU, elementwise=True),
+    "LeakyReLU": LayerType(nn.LeakyReLU, {"negative_slope": float}, elementwise=True),
+    "Sigmoid": LayerType(nn.Sigmoid, elementwise=True),
+    "LayerNorm": LayerType(nn.LayerNorm, {"eps": Annotated[float, Range(gt=0)], "elementwise_affine": bool,
+                                          "bias": bool}, size="normalized_shape"),
+    "BatchNorm1d": LayerType(BatchNorm1d, {"eps": Annotated[float, Range(gt=0)],
+                                           "momentum": Annotated[float, Range(ge=0, le=1)], "affine": bool,
+                                           "track_running_stats": bool}, size="num_features"),
+    "Dropout": LayerType(nn.Dropout, {"p": Annotated[float, Range(ge=0, le=1)]}, elementwise=True),
+    "Flatten": LayerType(nn.Flatten, build=_build_flatten),
+    "Identity": LayerType(nn.Identity, elementwise=True),
 }
-#: Layers that act on each feature alone (so they may read the observation and the action concatenated).
-ELEMENTWISE = (nn.ReLU, nn.Tanh, nn.ELU, nn.GELU, nn.SiLU, nn.LeakyReLU, nn.Sigmoid)
-#: Each layer's options a recipe may set, passed to its constructor, with their types (checked like any
-#: parameter). Sizes are not among them: they follow from the observation and the previous layer.
-LAYER_OPTIONS: dict[str, dict[str, Any]] = {
-    "Linear": {"out": Annotated[int, Range(ge=1)], "bias": bool},
-    "ReLU": {}, "Tanh": {}, "SiLU": {}, "Sigmoid": {}, "Flatten": {}, "Identity": {},
-    "ELU": {"alpha": float},
-    "GELU": {"approximate": Literal["none", "tanh"]},
-    "LeakyReLU": {"negative_slope": float},
-    "LayerNorm": {"eps": Annotated[float, Range(gt=0)], "elementwise_affine": bool, "bias": bool},
-    "Dropout": {"p": Annotated[float, Range(ge=0, le=1)]},
-}
-REQUIRED_OPTIONS = {"Linear": ("out",)}
+#: Each layer type's module (the activations of other networks are looked up here too).
+LAYERS: dict[str, type[nn.Module]] = {name: kind.module for name, kind in LAYER_TYPES.items()}
+#: Layers that act on each feature alone.
+ELEMENTWISE = tuple(kind.module for kind in LAYER_TYPES.values() if kind.elementwise)
 #: Constructor arguments a recipe might try that rlplug fills in, and what to write instead.
 INFERRED = {
-    "in_features": "inferred from the observation or the previous layer; remove it",
+    **{kind.size: "inferred from the observation or the previous layer; remove it"
+       for kind in LAYER_TYPES.values() if kind.size},
     "out_features": "written 'out' here, e.g. {type = \"Linear\", out = 64}",
-    "normalized_shape": "inferred from the previous layer; remove it",
     "start_dim": "Flatten flattens one observation's dims, whatever the batch dims; remove it",
     "end_dim": "Flatten flattens one observation's dims, whatever the batch dims; remove it",
     "device": "the run's device (run.device); remove it",
@@ -80,7 +126,7 @@ def layer_options(index: int, table: Mapping[str, Any]) -> tuple[str, dict[str, 
     if not isinstance(kind, str) or kind not in LAYERS:
         hint = did_you_mean(kind, LAYERS) if isinstance(kind, str) else ""
         raise UserError(f"{where}: unknown layer type {kind!r}{hint}; types: {', '.join(LAYERS)}")
-    allowed = LAYER_OPTIONS[kind]
+    allowed = LAYER_TYPES[kind].options
     options = {}
     for key, value in table.items():
         if key == "type":
@@ -94,10 +140,9 @@ def layer_options(index: int, table: Mapping[str, Any]) -> tuple[str, dict[str, 
             options[key] = convert(value, allowed[key], path=key)  # the same checks as any recipe value
         except ParameterError as error:
             raise UserError(f"{where} ({kind}): {error}") from None
-    for key in REQUIRED_OPTIONS.get(kind, ()):
+    for key, what in LAYER_TYPES[kind].required.items():
         if key not in options:
-            raise UserError(f"{where} ({kind}): needs '{key}', its number of output features, "
-                            f"e.g. {{type = \"{kind}\", {key} = 64}}")
+            raise UserError(f"{where} ({kind}): needs '{key}', {what}")
     return kind, options
 
 
@@ -115,24 +160,22 @@ def build_layers(tables: Sequence[Mapping[str, Any]], shape: Sequence[int], *,
                  init: Init = "orthogonal") -> tuple[list[nn.Module], tuple[int, ...]]:
     """The torch layers the tables describe for inputs of one-observation ``shape``, and their output shape.
 
-    Each Linear reads the last dim (``in_features`` inferred) and is initialised like :func:`linear`;
-    LayerNorm normalises the last dim; Flatten flattens one observation's dims, whatever the batch dims.
+    A layer's size argument (a Linear's ``in_features``, a norm's features) is the last dim of its input;
+    each Linear is initialised like :func:`linear`; Flatten flattens one observation's dims, whatever the
+    batch dims.
     """
     shape = tuple(int(n) for n in shape)
     layers: list[nn.Module] = []
     for index, table in enumerate(tables):
-        kind, options = layer_options(index, table)
-        if kind == "Linear":
-            out = options.pop("out")
-            layers.append(linear(_last(shape, index, kind), out, init=init, **options))
-            shape = (*shape[:-1], out)
-        elif kind == "LayerNorm":
-            layers.append(nn.LayerNorm(_last(shape, index, kind), **options))
-        elif kind == "Flatten":
-            layers.append(nn.Flatten(-len(shape), -1) if len(shape) > 1 else nn.Identity())
-            shape = (math.prod(shape),) if shape else (_last(shape, index, kind),)
+        name, options = layer_options(index, table)
+        kind = LAYER_TYPES[name]
+        if kind.size is not None or kind.build is not None:  # both read the last dim
+            _last(shape, index, name)
+        if kind.build is not None:
+            layer, shape = kind.build(shape, options, init)
         else:
-            layers.append(LAYERS[kind](**options))
+            layer = kind.module(**({kind.size: shape[-1]} if kind.size else {}), **options)
+        layers.append(layer)
     return layers, shape
 
 

@@ -76,8 +76,11 @@ def make_sequential(
     observation_spec,
     action_spec,
     role: str,
-    #: the hidden layers as tables: {type = "Linear", out = 64}, {type = "Tanh"}, ...
-    #: (input sizes inferred; the output layer and head are added)
+    #: the hidden layers as tables: {type = "Linear", out = 64}, {type = "Tanh"}, ... (input sizes inferred;
+    #: the output layer and head are added). Types: Linear (out, bias), ReLU, Tanh, ELU (alpha), GELU
+    #: (approximate), SiLU, LeakyReLU (negative_slope), Sigmoid, LayerNorm (eps, elementwise_affine, bias),
+    #: BatchNorm1d (eps, momentum, affine, track_running_stats; normalises the last dim over every batch dim),
+    #: Dropout (p), Flatten, Identity
     layers: Annotated[list[dict[str, Any]], Check(layers_problem)] = DEFAULT_LAYERS,
     #: orthogonal initialisation (CleanRL / SB3 gains, zero biases), or torch's default
     init: Init = "orthogonal",
