@@ -9,7 +9,7 @@ recipe table; see :func:`rlplug.plugins.algorithms.common.factory_for`).
 from __future__ import annotations
 
 from rlplug.plugins.algorithms.common import REPLAY_CONTEXT, factory_for
-from rlplug.plugins.algorithms.offpolicy.config import DDPGConfig, DQNConfig, SACConfig, TD3Config
+from rlplug.plugins.algorithms.offpolicy.config import DDPGConfig, DQNConfig, REDQConfig, SACConfig, TD3Config
 from rlplug.plugins.algorithms.onpolicy.config import (
     A2CConfig,
     ImpalaConfig,
@@ -36,3 +36,4 @@ def rlplug_register_algorithms(register):
     register("td3", factory_for(TD3Config, f"{OFFPOLICY}.td3:TD3", REPLAY_CONTEXT))
     register("sac", factory_for(SACConfig, f"{OFFPOLICY}.sac:SAC", REPLAY_CONTEXT))
     register("dqn", factory_for(DQNConfig, f"{OFFPOLICY}.dqn:DQN", REPLAY_CONTEXT))
+    register("redq", factory_for(REDQConfig, f"{OFFPOLICY}.redq:REDQ", REPLAY_CONTEXT))

@@ -242,6 +242,23 @@ def make_dqn_loss(
     return dqn_loss(networks, settings, action_spec, loss_function=loss_function, double_dqn=double_dqn)
 
 
+@serving("redq")
+def make_redq_loss(
+    networks, settings, observation_spec=None, action_spec=None,
+    #: the critics' distance to their target (unset: 'l2', the squared error)
+    loss_function: Distance | None = None,
+    #: the smallest and largest alpha (unset: TorchRL's, 0.1 and 10)
+    min_alpha: Annotated[float, Range(gt=0.0)] | None = None,
+    max_alpha: Annotated[float, Range(gt=0.0)] | None = None,
+):
+    """TorchRL's REDQLoss, built with the algorithm's actor and critic (TorchRL makes the ensemble of the
+    algorithm's critics); the ensemble, the subset, the entropy coefficient and the discount are the algorithm's."""
+    from rlplug.plugins.losses.torchrl_losses import redq_loss
+
+    return redq_loss(networks, settings, observation_spec, action_spec, loss_function=loss_function,
+                     min_alpha=min_alpha, max_alpha=max_alpha)
+
+
 @hookimpl
 def rlplug_register_losses(register):
     register("ppo-loss", policy_gradient("clip", "rlplug's PPO loss: the clipped surrogate, value and entropy terms."))
@@ -265,3 +282,4 @@ def rlplug_register_losses(register):
     register("TD3Loss", make_td3_loss)
     register("SACLoss", make_sac_loss)
     register("DQNLoss", make_dqn_loss)
+    register("REDQLoss", make_redq_loss)

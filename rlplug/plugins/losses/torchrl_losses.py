@@ -122,13 +122,15 @@ def with_target_updates(loss):
     return loss
 
 
-def with_learners(loss, gamma: float, groups: dict[str, str], terms: dict[str, str]):
+def with_learners(loss, gamma: float, groups: dict[str, str], terms: dict[str, str], *, weighted: bool = True):
     """``loss`` with its discount set, and what an off-policy algorithm needs to step it: each learner's
-    parameters (``parameter_groups``) and which learner each loss term trains (``term_learners``)."""
+    parameters (``parameter_groups``) and which learner each loss term trains (``term_learners``).
+    ``weighted``: the loss reads a prioritised buffer's importance weights (REDQLoss does not)."""
     from tensordict import TensorDictBase
 
     loss.make_value_estimator(gamma=gamma)
-    loss.set_keys(priority_weight="weight")  # where rlplug's prioritised buffers put importance weights
+    if weighted:
+        loss.set_keys(priority_weight="weight")  # where rlplug's prioritised buffers put importance weights
 
     def parameters_of(attribute: str) -> list:
         value = getattr(loss, attribute)  # TorchRL's functional parameters hold the modules' buffers too
@@ -138,3 +140,32 @@ def with_learners(loss, gamma: float, groups: dict[str, str], terms: dict[str, s
     loss.parameter_groups = {name: parameters_of(attribute) for name, attribute in groups.items()}
     loss.term_learners = terms
     return with_target_updates(loss)
+
+
+def redq_loss(networks: dict, settings, observation_spec, action_spec, **values: Any):
+    """``REDQLoss`` with the algorithm's actor and critic (TorchRL makes the ensemble of ``settings.critics``
+    from it), the target's subset size, the entropy coefficient, the discount, and the terms each learner steps.
+
+    TorchRL registers the target entropy as a buffer when the loss first reads it; read here, it is part of
+    the loss's state from the start, so that checkpoints load into a freshly built loss.
+    """
+    from torchrl.objectives import REDQLoss
+
+    from rlplug.core.recurrent import is_recurrent
+    from rlplug.networks import action_size
+
+    actor, critic = networks["policy"], networks["critic"]
+    if is_recurrent(actor) or is_recurrent(critic):
+        raise UserError("TorchRL's REDQLoss learns from single transitions, not recurrent networks (lstm, gru)",
+                        path="algorithm.loss")
+    target = settings.target_entropy
+    if target is None:
+        target = -float(action_size(action_spec, observation_spec))
+    defaults = {"num_qvalue_nets": settings.critics, "sub_sample_len": settings.subset_size,
+                "alpha_init": settings.initial_entropy_coef, "fixed_alpha": not settings.learn_entropy_coef,
+                "target_entropy": target, "loss_function": "l2"}
+    loss = REDQLoss(actor, critic, action_spec=action_spec, **unset_to(values, defaults))
+    loss.target_entropy  # noqa: B018 (reading it registers its buffer)
+    groups = {"actor": "actor_network_params", "critic": "qvalue_network_params", "entropy": "log_alpha"}
+    terms = {"loss_actor": "actor", "loss_qvalue": "critic", "loss_alpha": "entropy"}
+    return with_learners(loss, settings.gamma, groups, terms, weighted=False)

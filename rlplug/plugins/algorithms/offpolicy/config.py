@@ -1,4 +1,4 @@
-"""Off-policy algorithm configs (DDPG, TD3, SAC, DQN): each dataclass's fields are an algorithm's recipe
+"""Off-policy algorithm configs (DDPG, TD3, SAC, REDQ, DQN): each dataclass's fields are an algorithm's recipe
 table, its docstring the summary ``rlplug list`` shows. Torch-free, like
 :mod:`rlplug.plugins.algorithms.onpolicy.config`; the algorithms live in
 :mod:`rlplug.plugins.algorithms.offpolicy.base` (the shared update) and ``ddpg``, ``td3``, ``sac``, ``dqn``.
@@ -33,7 +33,7 @@ from rlplug.plugins.algorithms.common import (
     rate_problem,
 )
 from rlplug.registry.components import Loss, Network, Noise, Preprocessor, ReplayBuffer
-from rlplug.registry.schema import Check
+from rlplug.registry.schema import Check, Range
 
 
 def learning_rate_problem(value: Any) -> str | None:
@@ -186,7 +186,44 @@ class DQNConfig(OffPolicyConfig):
     max_grad_norm: Positive | None = 10.0
 
 
+REDQ_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("redq"))]
+
+
+@dataclass(frozen=True)
+class REDQConfig(OffPolicyConfig):
+    """Randomized ensembled double Q-learning: SAC with an ensemble of critics, many gradient steps per env step.
+
+    Each critic's target is the lowest of a random subset of the target critics; the actor ascends their mean."""
+
+    #: the actor network
+    policy: Network = named(Network, "mlp")
+    #: the Q-network of the observation and the action (writes state_action_value), each critic's network
+    critic: Network = named(Network, "mlp")
+    #: what each gradient step minimises: TorchRL's REDQLoss (built with these networks)
+    loss: REDQ_LOSS = named(Loss, "REDQLoss")
+    #: the critics of the ensemble (N)
+    critics: Annotated[int, Range(ge=2)] = 10
+    #: the target is the lowest of this many critics drawn at random for each gradient step (M, fewer than N)
+    subset_size: Count = 2
+    #: gradient steps per update: with steps_per_update = 1, the update-to-data ratio (G)
+    gradient_steps: Count = 20
+    #: learning rate: a number, or a pair [actor, critic]
+    lr: LearningRate = 3e-4
+    #: polyak coefficient of the target critics, updated after every gradient step
+    tau: Fraction = 0.005
+    #: the entropy coefficient (alpha) to start from
+    initial_entropy_coef: Positive = 1.0
+    #: tune the entropy coefficient so that the policy's entropy stays near target_entropy
+    learn_entropy_coef: bool = True
+    #: the entropy to keep (unset: minus the number of action dimensions)
+    target_entropy: float | None = None
+    #: learning rate of the entropy coefficient (unset: the critic's)
+    entropy_lr: Rate | None = None
+    #: the noise added to actions while collecting (unset: none, the policy's own samples explore)
+    exploration_noise: Noise | None = None
+
+
 #: the configs of the actor-critics (DDPG, TD3, SAC): each has a ``loss`` besides :class:`ActorCriticConfig`'s keys
 ActorCriticConfigs: TypeAlias = DDPGConfig | TD3Config | SACConfig
 #: every off-policy algorithm's config: :class:`OffPolicyConfig`'s keys, a ``loss`` and a ``tau``
-OffPolicyConfigs: TypeAlias = ActorCriticConfigs | DQNConfig
+OffPolicyConfigs: TypeAlias = ActorCriticConfigs | REDQConfig | DQNConfig
