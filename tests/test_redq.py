@@ -77,8 +77,7 @@ def test_a_redq_run_resumes_and_evaluates_its_checkpoint(tmp_path):
     result = run_cli("run", str(REDQ), "--out", str(out), *TINY, timeout=600)
     assert result.returncode == 0, result.stderr
     state = torch.load(out / "checkpoint.pt", weights_only=False)
-    assert any("target_entropy_buffer" in key for key in json.dumps(list(_keys(state))).split('"')), \
-        "the target entropy is in the checkpoint from the first one on"
+    assert any(key.endswith("target_entropy_buffer") for key in _keys(state)), "the loss's whole state is saved"
     evaluated = run_cli("eval", str(out), "--episodes", "1", timeout=300)
     assert evaluated.returncode == 0, evaluated.stderr
     resumed = run_cli("resume", str(out), "--set", "run.total_frames=384", timeout=600)
