@@ -12,11 +12,12 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictModuleBase
 from torchrl.data import Composite, OneHot
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
@@ -130,7 +131,7 @@ class Agent:
             view = ActorView.of(self.run.algorithm.policy)
             action, _ = view.act(batch, deterministic=deterministic)
         except TypeError:  # a deterministic actor or a Q-network policy: through its TensorDict interface
-            key = self.run.algorithm.policy.in_keys[0]
+            key = cast(TensorDictModuleBase, self.run.algorithm.policy).in_keys[0]  # the contract: a TensorDict module
             action = self.act(TensorDict({key: batch}, batch_size=batch.shape[:1]), deterministic).get("action")
         read = env_capability(env, protocols.Env.read_action)
         actions = np.asarray(read(action)) if read is not None else env_action(action, type(env.action_spec) is OneHot)

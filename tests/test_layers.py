@@ -98,3 +98,20 @@ def test_show_sequential_names_every_layer_type():
     for name in LAYERS:
         assert name in text, name
     assert "BatchNorm1d (eps, momentum, affine, track_running_stats" in text
+
+
+@pytest.mark.parametrize("first, refused", [("Dropout", False), ("Identity", False), ("Tanh", False),
+                                            ("LayerNorm", True), ("BatchNorm1d", True)])
+def test_a_critic_reads_the_action_only_behind_elementwise_layers(first, refused):
+    """A critic of (observation, action) joins the action at its first Linear: only a layer that acts on each
+    feature alone (LayerType.elementwise) may come before it."""
+    from torchrl.data import Bounded, Composite, Unbounded
+
+    specs = {"observation_spec": Composite(observation=Unbounded(shape=(3,))),
+             "action_spec": Bounded(-2.0, 2.0, shape=(1,))}
+    layers = [{"type": first}, {"type": "Linear", "out": 8}]
+    if not refused:
+        rlplug.make("network", "sequential", role="q_value", layers=layers, **specs)
+        return
+    with pytest.raises(rlplug.UserError, match=f"a {first} before it would read the observation alone"):
+        rlplug.make("network", "sequential", role="q_value", layers=layers, **specs)

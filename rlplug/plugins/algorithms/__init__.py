@@ -14,7 +14,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rlplug.plugins.algorithms.common import REPLAY_CONTEXT, factory_for
-from rlplug.plugins.algorithms.offpolicy.config import CrossQConfig, DDPGConfig, DQNConfig, SACConfig, TD3Config
+from rlplug.plugins.algorithms.offpolicy.config import (
+    CrossQConfig,
+    DDPGConfig,
+    DQNConfig,
+    REDQConfig,
+    SACConfig,
+    TD3Config,
+)
 from rlplug.plugins.algorithms.offpolicy.loss_factories import register_losses
 from rlplug.plugins.algorithms.onpolicy.config import (
     A2CConfig,
@@ -30,6 +37,7 @@ if TYPE_CHECKING:
     from rlplug.plugins.algorithms.offpolicy.crossq import CrossQ
     from rlplug.plugins.algorithms.offpolicy.ddpg import DDPG
     from rlplug.plugins.algorithms.offpolicy.dqn import DQN
+    from rlplug.plugins.algorithms.offpolicy.redq import REDQ
     from rlplug.plugins.algorithms.offpolicy.sac import SAC
     from rlplug.plugins.algorithms.offpolicy.td3 import TD3
     from rlplug.plugins.algorithms.onpolicy.impala import IMPALA
@@ -84,6 +92,11 @@ def sac() -> type[SAC]:
     return SAC
 
 
+def redq() -> type[REDQ]:
+    from rlplug.plugins.algorithms.offpolicy.redq import REDQ
+    return REDQ
+
+
 def crossq() -> type[CrossQ]:
     from rlplug.plugins.algorithms.offpolicy.crossq import CrossQ
     return CrossQ
@@ -106,6 +119,7 @@ def rlplug_register_algorithms(register):
     register("td3", factory_for(TD3Config, td3, REPLAY_CONTEXT))
     register("sac", factory_for(SACConfig, sac, REPLAY_CONTEXT))
     register("crossq", factory_for(CrossQConfig, crossq, REPLAY_CONTEXT))
+    register("redq", factory_for(REDQConfig, redq, REPLAY_CONTEXT))
     register("dqn", factory_for(DQNConfig, dqn, REPLAY_CONTEXT))
 
 

@@ -35,7 +35,7 @@ from rlplug.plugins.algorithms.common import (
     rate_problem,
 )
 from rlplug.registry.components import Loss, Network, Noise, Preprocessor, ReplayBuffer
-from rlplug.registry.schema import Check
+from rlplug.registry.schema import Check, Range
 
 
 def learning_rate_problem(value: Any) -> str | None:
@@ -54,6 +54,7 @@ DDPG_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("ddpg"))]
 TD3_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("td3"))]
 SAC_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("sac"))]
 CROSSQ_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("crossq"))]
+REDQ_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("redq"))]
 DQN_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("dqn"))]
 
 
@@ -180,6 +181,24 @@ class SACConfig(PolyakTargets, EntropyConfig):
 
 
 @dataclass(frozen=True)
+class REDQConfig(SACConfig):
+    """Randomized ensembled double Q-learning: SAC with an ensemble of critics, many gradient steps per env step.
+
+    Each critic's target is the lowest of a random subset of the target critics; the actor ascends their mean."""
+
+    #: what each gradient step minimises: TorchRL's REDQLoss (built with these networks)
+    loss: REDQ_LOSS = named(Loss, "REDQLoss")
+    #: the critics of the ensemble (N), each a copy of the critic network
+    critics: Annotated[int, Range(ge=2)] = 10
+    #: the target is the lowest of this many critics drawn at random for each gradient step (M, fewer than N)
+    subset_size: Count = 2
+    #: gradient steps per update: with steps_per_update = 1, the update-to-data ratio (G)
+    gradient_steps: Count = 20
+    #: learning rate: a number, or a pair [actor, critic]
+    lr: LearningRate = 3e-4
+
+
+@dataclass(frozen=True)
 class CrossQConfig(DelayedActorConfig, EntropyConfig):
     """CrossQ: SAC without target networks, batch-normalised twin critics, delayed actor updates."""
 
@@ -218,6 +237,6 @@ class DQNConfig(OffPolicyConfig):
 
 
 #: the configs of the actor-critics: each has a ``loss`` besides :class:`ActorCriticConfig`'s keys
-ActorCriticConfigs: TypeAlias = DDPGConfig | TD3Config | SACConfig | CrossQConfig
+ActorCriticConfigs: TypeAlias = DDPGConfig | TD3Config | SACConfig | REDQConfig | CrossQConfig
 #: every off-policy algorithm's config: :class:`OffPolicyConfig`'s keys and a ``loss``
 OffPolicyConfigs: TypeAlias = ActorCriticConfigs | DQNConfig

@@ -1,6 +1,6 @@
 """The off-policy losses as the registry sees them: torch-free factories whose signatures are each loss's recipe
 keys (a key left unset takes the algorithm's setting where it has one), each marked with the algorithms it
-serves. Each imports its algorithm's home (``ddpg.py``, ``td3.py``, ``sac.py``, ``crossq.py``, ``dqn.py``),
+serves. Each imports its algorithm's home (``ddpg.py``, ``td3.py``, ``sac.py``, ``redq.py``, ``crossq.py``, ``dqn.py``),
 where the loss is, only when built: listing and validating recipes never load torch. Registered from
 :func:`rlplug.plugins.algorithms.rlplug_register_losses`.
 """
@@ -167,6 +167,23 @@ def make_dqn_loss(
     return dqn.torchrl_loss(networks, settings, action_spec, loss_function=loss_function, double_dqn=double_dqn)
 
 
+@serving("redq")
+def make_redq_loss(
+    networks: ActorCriticNetworks, settings: Any, observation_spec=None, action_spec=None,
+    #: the critics' distance to their target (unset: 'l2', the squared error)
+    loss_function: Distance | None = None,
+    #: the smallest and largest alpha (unset: TorchRL's, 0.1 and 10)
+    min_alpha: Alpha | None = None,
+    max_alpha: Alpha | None = None,
+):
+    """TorchRL's REDQLoss, built with the algorithm's actor and critic (TorchRL makes the ensemble of the
+    algorithm's critics); the ensemble, the subset, the entropy coefficient and the discount are the algorithm's."""
+    from rlplug.plugins.algorithms.offpolicy import redq
+
+    return redq.torchrl_loss(networks, settings, observation_spec, action_spec, loss_function=loss_function,
+                             min_alpha=min_alpha, max_alpha=max_alpha)
+
+
 def register_losses(register) -> None:
     register("ddpg-loss", make_ddpg_objective)
     register("td3-loss", make_td3_objective)
@@ -178,3 +195,4 @@ def register_losses(register) -> None:
     register("SACLoss", make_sac_loss)
     register("CrossQLoss", make_crossq_loss)
     register("DQNLoss", make_dqn_loss)
+    register("REDQLoss", make_redq_loss)
