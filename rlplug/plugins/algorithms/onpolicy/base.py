@@ -38,17 +38,9 @@ from rlplug.core.training import (
 )
 from rlplug.errors import UserError
 from rlplug.networks import share_body
+from rlplug.plugins.algorithms.networks import build_network
 from rlplug.plugins.algorithms.onpolicy.config import OnPolicyConfig
 from rlplug.registry import protocols
-
-
-def located_build(component, **context) -> TensorDictModuleBase:
-    """``component.build(**context)``; an error of the user's that names no key is located at the component's
-    key (``algorithm.policy``), so the message says where to look."""
-    try:
-        return component.build(**context)
-    except UserError as error:
-        raise (error if error.path else error.located(prefix=f"algorithm.{component.path}")) from None
 
 
 class OnPolicy:
@@ -61,9 +53,9 @@ class OnPolicy:
         self.frames_per_batch = config.frames_per_batch
         self.schedule, self.minibatch_size = config.schedule(), config.minibatch_length()
         specs = {"observation_spec": observation_spec, "action_spec": action_spec, "device": device}
-        self.policy: TensorDictModuleBase = located_build(config.policy, role="policy", **specs)
+        self.policy: TensorDictModuleBase = build_network(config.policy, role="policy", **specs)
         self.actor = ActorView.of(self.policy)
-        self.critic = located_build(config.critic, role="value", **specs) if self.uses_critic else None
+        self.critic = build_network(config.critic, role="value", **specs) if self.uses_critic else None
         if self.critic is not None and config.shared_body:
             try:
                 share_body(self.policy, self.critic)
