@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
+from torch.distributions import Distribution
 from torch.nn import functional
 from torchrl.objectives import LossModule
 
@@ -296,8 +297,29 @@ def approx_kl(ratio: torch.Tensor, log_ratio: torch.Tensor) -> torch.Tensor:
     return ((ratio - 1) - log_ratio).mean()
 
 
+def log_prob_and_entropy(view: ActorView, observation: torch.Tensor, action: torch.Tensor,
+                         with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The log-probability of the taken ``action`` under the policy now (differentiable), and its entropy when
+    asked for: what the losses and IMPALA's V-trace read. A categorical head's come from its logits directly."""
+    if view.categorical:
+        log_probs = view.params_module(observation).log_softmax(-1)
+        index = action.argmax(-1, keepdim=True) if view.one_hot else action.unsqueeze(-1)
+        log_prob = log_probs.gather(-1, index).squeeze(-1)
+        return log_prob, (-(log_probs.exp() * log_probs).sum(-1) if with_entropy else None)
+    dist = view.distribution(observation)
+    return dist.log_prob(action), (entropy(dist) if with_entropy else None)
+
+
+def entropy(dist: Distribution) -> torch.Tensor:
+    """The exact entropy where the distribution has one, else a one-sample estimate (tanh-squashed Gaussians)."""
+    try:
+        return dist.entropy()
+    except NotImplementedError:
+        return -dist.log_prob(dist.rsample())
+
+
 def asked_for(entropy: torch.Tensor | None) -> torch.Tensor:
-    """The entropy :meth:`ActorView.evaluate` computed when asked (``with_entropy``): never None where read."""
+    """The entropy :func:`log_prob_and_entropy` computed when asked (``with_entropy``): never None where read."""
     if entropy is None:
         raise RuntimeError("the policy's entropy was read without being asked for (with_entropy = False)")
     return entropy
@@ -360,8 +382,8 @@ class OnPolicyLoss(LossModule):
         advantage = tensordict.get(keys.advantage).reshape(-1)
         if self.normalize_advantage and advantage.numel() > 1:
             advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
-        wants_entropy = self.entropy_coef > 0 or self.diagnostics
-        log_prob, entropy = self.view.evaluate(observation, tensordict.get(keys.action), with_entropy=wants_entropy)
+        log_prob, entropy = log_prob_and_entropy(self.view, observation, tensordict.get(keys.action),
+                                                 with_entropy=self.entropy_coef > 0 or self.diagnostics)
         log_ratio = log_prob - tensordict.get(keys.sample_log_prob)
         out: dict[str, torch.Tensor] = {"loss_objective": self.policy_objective(log_prob, log_ratio, advantage)}
         if self.value is not None:
