@@ -14,6 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+import torch
 
 import rlplug
 from conftest import CANONICAL, one_line_error, run_cli
@@ -70,6 +71,27 @@ def test_an_rlplug_loss_without_its_algorithms_settings_is_one_line_before_anyth
     one_line_error(run_cli("run", str(recipe), "--out", str(out), timeout=120),
                    "algorithm.loss", f"'{loss}' is for", f"not {algorithm}", "losses for")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("loss, kept", [("ppo-loss", "clip_epsilon"), ("ppo-kl-loss", "beta"),
+                                        ("policy-gradient-loss", None), ("surrogate-loss", None)])
+def test_a_loss_state_written_when_one_class_held_every_objective_still_loads(loss, kept):
+    """Checkpoints of runs from before each algorithm had its loss class hold both buffers (clip_epsilon and beta);
+    each loss takes its own and leaves the other."""
+    from types import SimpleNamespace
+
+    env = rlplug.make("env", "gym", id="CartPole-v1")
+    specs = {"observation_spec": env.observation_spec, "action_spec": env.action_spec}
+    networks = {"policy": rlplug.make("network", "mlp", role="policy", hidden=[8], **specs),
+                "critic": rlplug.make("network", "mlp", role="value", hidden=[8], **specs)}
+    settings = SimpleNamespace(clip_epsilon=0.2, entropy_coef=0.0, value_coef=0.5, value_clip=None,
+                               normalize_advantages=True, kl_target=0.01, kl_penalty=1.0)
+    built = rlplug.make("loss", loss, networks=networks, settings=settings)
+    former = {**built.state_dict(), "clip_epsilon": torch.tensor(0.125), "beta": torch.tensor(4.0)}
+    built.load_state_dict(former)
+    if kept is not None:
+        assert getattr(built, kept).item() == former[kept].item()
+    assert set(built.state_dict()) == set(rlplug.make("loss", loss, networks=networks, settings=settings).state_dict())
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 
 An algorithm here is a config dataclass (:mod:`rlplug.plugins.algorithms.onpolicy.config`: its fields are its
 recipe table) and a subclass of :class:`OnPolicy`; what differs between PPO, A2C, VPG and the surrogate is their
-loss (``config.loss``: a TorchRL ``LossModule``, rlplug's own by default, TorchRL's ``ClipPPOLoss`` and kin on
-request). One update, top to bottom:
+loss (``config.loss``: a TorchRL ``LossModule``, TorchRL's ``ClipPPOLoss`` and kin on request, rlplug's own by
+default: a subclass of :class:`OnPolicyLoss`, below, in the algorithm's module, ``ppo.py`` or ``pg.py``, which
+gives its policy objective). One update, top to bottom:
 
 1. the critic values every step and its successor; the estimators write ``advantage`` and ``value_target``;
 2. ``epochs`` passes over shuffled minibatches (TensorDicts in TorchRL's keys): the loss gives its ``loss_*``
@@ -292,6 +293,20 @@ def explained_variance(prediction: torch.Tensor, target: torch.Tensor) -> float:
 # -- rlplug's on-policy losses: what they share --------------------------------------------------------------
 
 
+#: the buffers every rlplug on-policy loss held when one class computed every objective: the checkpoints of runs
+#: from then hold both, and each loss now has only its own
+FORMER_BUFFERS = ("clip_epsilon", "beta")
+
+
+def drop_former_buffers(module: torch.nn.Module, state_dict: dict, prefix: str, *rest: Any) -> None:
+    """A ``load_state_dict`` pre-hook: the former buffers this loss does not have are dropped from the state, so
+    that a checkpoint written before each loss had its class still loads (``rlplug resume``, ``eval``)."""
+    own = dict(module.named_buffers(recurse=False))
+    for name in FORMER_BUFFERS:
+        if name not in own:
+            state_dict.pop(prefix + name, None)
+
+
 def approx_kl(ratio: torch.Tensor, log_ratio: torch.Tensor) -> torch.Tensor:
     """``mean((r - 1) - log r)``: an unbiased, non-negative estimate of KL(old || new) from the ratios."""
     return ((ratio - 1) - log_ratio).mean()
@@ -364,6 +379,7 @@ class OnPolicyLoss(LossModule):
         #: minibatches it does not report
         self.diagnostics = True
         self.set_keys(sample_log_prob=self.view.log_prob_key, action=self.view.action_key)
+        self.register_load_state_dict_pre_hook(drop_former_buffers)
 
     @classmethod
     def from_settings(cls, networks: dict, settings: OnPolicyConfig, **options: Any) -> OnPolicyLoss:
