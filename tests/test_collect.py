@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from conftest import CANONICAL
 from rlplug import recipe as recipes
 from rlplug.core.acting import ActorView, ArrayActor
+from rlplug.plugins.algorithms.onpolicy.base import log_prob_and_entropy
 from rlplug.core.collect import Collector
 from rlplug.run.evaluation import evaluate
 from rlplug.core.episodes import EpisodeTracker
@@ -69,7 +70,7 @@ def test_categorical_shortcuts_match_the_distribution(cartpole, rows, scale, see
         dist = view.distribution(observation)
         action, log_prob = view.act(observation)
         torch.testing.assert_close(log_prob, dist.log_prob(action))
-        evaluated, entropy = view.evaluate(observation, action, with_entropy=True)
+        evaluated, entropy = log_prob_and_entropy(view, observation, action, with_entropy=True)
         torch.testing.assert_close(evaluated, log_prob)
         torch.testing.assert_close(entropy, dist.entropy())
         mode, _ = view.act(observation, deterministic=True)

@@ -13,6 +13,7 @@ import rlplug
 import toy_spaces  # noqa: F401  (registers the RlplugToy ids)
 from conftest import CANONICAL, run_cli
 from rlplug.core.acting import ActorView
+from rlplug.plugins.algorithms.onpolicy.base import log_prob_and_entropy
 
 pytestmark = pytest.mark.cuda
 
@@ -31,7 +32,8 @@ def test_cnn_forward_and_a_training_step_on_cuda():
     parameters = [*policy.parameters(), *critic.parameters()]
     before = [p.detach().clone() for p in parameters]
     optimiser = torch.optim.Adam(parameters, lr=1e-3)
-    log_prob, entropy = ActorView.of(policy).evaluate(state.get("observation"), action, with_entropy=True)
+    log_prob, entropy = log_prob_and_entropy(ActorView.of(policy), state.get("observation"), action,
+                                             with_entropy=True)
     loss = -log_prob.mean() - entropy.mean() + critic(state.clone()).get("state_value").pow(2).mean()
     loss.backward()
     optimiser.step()

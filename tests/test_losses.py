@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 from tensordict import TensorDict
 
 import rlplug
-from rlplug.plugins.losses.onpolicy import PolicyGradientLoss
+from rlplug.plugins.algorithms.onpolicy.pg import ScoreFunctionLoss
+from rlplug.plugins.algorithms.onpolicy.ppo import PPOKLLoss, PPOLoss
 
 ENVS = {"discrete": "CartPole-v1", "continuous": "Pendulum-v1"}
 
@@ -82,8 +83,8 @@ def test_our_ppo_loss_is_torchrls_clip_ppo_loss(seed, rows, clip, entropy, value
 
     policy, critic, env = networks(kind, seed)
     entropy = entropy if kind == "discrete" else 0.0  # sampled entropies differ: compared where it is exact
-    ours = PolicyGradientLoss(policy, critic, objective="clip", clip_epsilon=clip, entropy_coef=entropy,
-                              value_coef=value, normalize_advantage=False)
+    ours = PPOLoss(policy, critic, clip_epsilon=clip, entropy_coef=entropy, value_coef=value,
+                   normalize_advantage=False)
     theirs = ClipPPOLoss(policy, critic, clip_epsilon=clip, entropy_bonus=entropy > 0, entropy_coeff=entropy,
                          critic_coeff=value, loss_critic_type="l2", normalize_advantage=False)
     terms = [("loss_objective", "loss_objective"), ("loss_critic", "loss_critic")]
@@ -97,8 +98,7 @@ def test_our_score_function_loss_is_torchrls_a2c_loss(seed, rows, entropy, value
     from torchrl.objectives import A2CLoss
 
     policy, critic, env = networks("discrete", seed)
-    ours = PolicyGradientLoss(policy, critic, objective="score", entropy_coef=entropy, value_coef=value,
-                              normalize_advantage=False)
+    ours = ScoreFunctionLoss(policy, critic, entropy_coef=entropy, value_coef=value, normalize_advantage=False)
     theirs = A2CLoss(policy, critic, entropy_bonus=entropy > 0, entropy_coeff=entropy, critic_coeff=value,
                      loss_critic_type="l2")
     terms = [("loss_objective", "loss_objective"), ("loss_critic", "loss_critic")]
@@ -112,8 +112,8 @@ def test_our_kl_loss_without_its_penalty_is_the_surrogate_of_torchrls_klpen_loss
     from torchrl.objectives import KLPENPPOLoss
 
     policy, critic, env = networks("discrete", seed)
-    ours = PolicyGradientLoss(policy, critic, objective="kl", kl_penalty=0.0, normalize_advantage=False,
-                              value_coef=1.0).eval()  # eval: no adaptation, to compare one call
+    ours = PPOKLLoss(policy, critic, kl_penalty=0.0, normalize_advantage=False,
+                     value_coef=1.0).eval()  # eval: no adaptation, to compare one call
     theirs = KLPENPPOLoss(policy, critic, beta=0.0, entropy_bonus=False, critic_coeff=1.0, loss_critic_type="l2",
                           normalize_advantage=False, delay_actor=True).eval()
     assert_same(ours, theirs, minibatch(policy, env, rows, seed),
@@ -123,9 +123,12 @@ def test_our_kl_loss_without_its_penalty_is_the_surrogate_of_torchrls_klpen_loss
 # -- known inputs ------------------------------------------------------------------------------------------
 
 
+LOSSES = {"clip": PPOLoss, "kl": PPOKLLoss, "score": ScoreFunctionLoss}
+
+
 def one_step(objective: str, **options):
     policy, critic, env = networks("discrete", 0)
-    return PolicyGradientLoss(policy, critic, objective=objective, normalize_advantage=False, **options), policy, env
+    return LOSSES[objective](policy, critic, normalize_advantage=False, **options), policy, env
 
 
 @pytest.mark.parametrize("advantage, log_ratio, clipped", [

@@ -14,6 +14,7 @@ import rlplug
 from conftest import CANONICAL, run_cli
 from rlplug import recipe as recipes
 from rlplug.core.acting import ActorView
+from rlplug.plugins.algorithms.onpolicy.base import log_prob_and_entropy
 from rlplug.core.layers import LAYERS, build_layers
 from rlplug.run.trainer import Run
 from test_cli import assert_user_error, write_recipe
@@ -66,7 +67,7 @@ def test_continuous_heads_keep_the_actor_shape(pendulum, name, log_std, squash):
         action, log_prob = view.act(observation)
         assert action.shape == (7, 1) and log_prob.shape == (7,)
         torch.testing.assert_close(log_prob, view.distribution(observation).log_prob(action))
-        evaluated, entropy = view.evaluate(observation, action, with_entropy=True)
+        evaluated, entropy = log_prob_and_entropy(view, observation, action, with_entropy=True)
         torch.testing.assert_close(evaluated, log_prob)
         assert entropy.shape == (7,)
         mode, _ = view.act(observation, deterministic=True)
@@ -92,7 +93,7 @@ def test_tanh_samples_stay_in_the_bounds_with_finite_log_prob(pendulum, name):
         action, log_prob = view.act(observation)
         assert action.abs().max() <= 2.0 and action.abs().max() > 1.9
         assert torch.isfinite(log_prob).all()
-        assert torch.isfinite(view.evaluate(observation, action)[0]).all()
+        assert torch.isfinite(log_prob_and_entropy(view, observation, action)[0]).all()
 
 
 def test_unsquashed_normal_is_unbounded_and_the_env_takes_its_actions(pendulum):
@@ -123,7 +124,7 @@ def test_parameter_log_std_is_state_independent_and_learnable(pendulum, name):
     # A gradient reaches it through the log-probability, and a step changes the scale.
     optimiser = torch.optim.SGD(policy.parameters(), lr=0.1)
     observation = torch.randn(16, 3)
-    log_prob, _ = view.evaluate(observation, torch.full((16, 1), 1.5))
+    log_prob, _ = log_prob_and_entropy(view, observation, torch.full((16, 1), 1.5))
     (-log_prob.mean()).backward()
     assert log_std[0].grad is not None and log_std[0].grad.abs().item() > 0
     optimiser.step()

@@ -9,7 +9,7 @@ and the loss pay only for the arithmetic. Nothing is copied: the view shares the
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -37,6 +37,16 @@ class ActorView:
     distribution_kwargs: dict
     action_key: str
     log_prob_key: str
+    #: whether the head is a categorical over logits, which :meth:`act` (and the on-policy losses) compute
+    #: directly from the logits: the same numbers as the distribution's, at a quarter of the cost
+    categorical: bool = field(init=False)
+    #: whether actions are one-hot vectors (TorchRL's layout for gymnasium's Discrete spaces)
+    one_hot: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        # read once, not per call: the update's hot loop reads them every minibatch
+        self.categorical = self.param_keys == ("logits",) and issubclass(self.distribution_class, CATEGORICALS)
+        self.one_hot = issubclass(self.distribution_class, ONE_HOT)
 
     @classmethod
     def of(cls, actor: TensorDictModuleBase) -> ActorView:
@@ -54,12 +64,6 @@ class ActorView:
             distribution_kwargs=dict(probabilistic.distribution_kwargs or {}),
             action_key=probabilistic.out_keys[0], log_prob_key=probabilistic.log_prob_key,
         )
-
-    @property
-    def categorical(self) -> bool:
-        """Whether the head is a categorical over logits, which :meth:`act` and :meth:`evaluate` compute
-        directly from the logits (the same numbers as the distribution's, at a quarter of the cost)."""
-        return self.param_keys == ("logits",) and issubclass(self.distribution_class, CATEGORICALS)
 
     def distribution(self, observation: torch.Tensor) -> Distribution:
         params = self.params_module(observation)
@@ -80,22 +84,6 @@ class ActorView:
         action = deterministic_sample(dist) if deterministic else dist.sample()
         return action, dist.log_prob(action)
 
-    def evaluate(self, observation: torch.Tensor, action: torch.Tensor,
-                 with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Log-probability of ``action`` (differentiable), and the entropy when asked for."""
-        if self.categorical:
-            log_probs = self.params_module(observation).log_softmax(-1)
-            index = action.argmax(-1, keepdim=True) if self.one_hot else action.unsqueeze(-1)
-            log_prob = log_probs.gather(-1, index).squeeze(-1)
-            return log_prob, (-(log_probs.exp() * log_probs).sum(-1) if with_entropy else None)
-        dist = self.distribution(observation)
-        return dist.log_prob(action), (entropy(dist) if with_entropy else None)
-
-    @property
-    def one_hot(self) -> bool:
-        """Whether actions are one-hot vectors (TorchRL's layout for gymnasium's Discrete spaces)."""
-        return issubclass(self.distribution_class, ONE_HOT)
-
     def _action_from_index(self, index: torch.Tensor, choices: int) -> torch.Tensor:
         if self.one_hot:
             return torch.nn.functional.one_hot(index.squeeze(-1), choices)
@@ -105,14 +93,6 @@ class ActorView:
 def deterministic_sample(dist: Distribution) -> torch.Tensor:
     sample = getattr(dist, "deterministic_sample", None)
     return sample if sample is not None else dist.mode
-
-
-def entropy(dist: Distribution) -> torch.Tensor:
-    """The exact entropy where the distribution has one, else a one-sample estimate (tanh-squashed Gaussians)."""
-    try:
-        return dist.entropy()
-    except NotImplementedError:
-        return -dist.log_prob(dist.rsample())
 
 
 def tensor_function(network: TensorDictModuleBase, in_keys: list) -> Callable[..., torch.Tensor]:

@@ -1,18 +1,18 @@
 """Losses: what an algorithm minimises, as TorchRL ``LossModule``s (a TensorDict in, ``loss_*`` terms out).
 
 Every built-in algorithm takes a nested ``[algorithm.loss]``. Its default is rlplug's own loss for that
-algorithm; TorchRL's own losses are registered under their class names, built with the algorithm's networks,
-their constructor options as recipe keys. A key left unset takes the algorithm's setting where it has one
-(``torchrl_losses.py``). Each factory says which algorithms it serves (``serves``), checked when the recipe is
-validated. The on-policy family's are here (``onpolicy.py``); each off-policy algorithm's live in its home
-(:mod:`rlplug.plugins.algorithms.offpolicy`), registered from
-:mod:`rlplug.plugins.algorithms.offpolicy.loss_factories`.
+algorithm, in the algorithm's module: on-policy ``plugins/algorithms/onpolicy/ppo.py`` and ``pg.py``, off-policy each
+algorithm's home (:mod:`rlplug.plugins.algorithms.offpolicy`, registered from its ``loss_factories``). TorchRL's
+own losses are registered under their class names, built with the algorithm's networks, their constructor options
+as recipe keys. A key left unset takes the algorithm's setting where it has one (``torchrl_losses.py``). Each
+factory says which algorithms it serves (``serves``), checked when the recipe is validated.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
+from rlplug.plugins.algorithms.onpolicy.config import OnPolicyConfig, PPOConfig, PPOKLConfig
 from rlplug.registry.hookspecs import hookimpl
 from rlplug.registry.schema import Range
 
@@ -30,21 +30,40 @@ def serving(*algorithms: str):
     return mark
 
 
-def policy_gradient(objective: str, summary: str):
-    """rlplug's on-policy loss for ``objective``, its settings the algorithm's own keys."""
-    def make(networks, settings, action_spec=None):
-        from rlplug.plugins.losses.onpolicy import PolicyGradientLoss
+@serving("ppo")
+def make_ppo_loss(networks, settings: PPOConfig):
+    """rlplug's PPO loss: the clipped surrogate, value and entropy terms. Its options are the algorithm's keys
+    (clip_epsilon, entropy_coef, value_coef...)."""
+    from rlplug.plugins.algorithms.onpolicy.ppo import PPOLoss
 
-        return PolicyGradientLoss(
-            networks["policy"], networks.get("critic"), objective=objective,
-            clip_epsilon=getattr(settings, "clip_epsilon", 0.2), entropy_coef=settings.entropy_coef,
-            value_coef=settings.value_coef, value_clip=settings.value_clip,
-            normalize_advantage=settings.normalize_advantages, kl_target=getattr(settings, "kl_target", 0.01),
-            kl_penalty=getattr(settings, "kl_penalty", 1.0))
+    return PPOLoss.from_settings(networks, settings, clip_epsilon=settings.clip_epsilon)
 
-    make.__name__ = make.__qualname__ = f"make_{objective}_loss"
-    make.__doc__ = f"{summary} Its options are the algorithm's keys (clip_epsilon, entropy_coef, value_coef...)."
-    return serving(*ONPOLICY)(make)
+
+@serving("ppo-kl")
+def make_ppo_kl_loss(networks, settings: PPOKLConfig):
+    """rlplug's PPO loss with an adaptive KL penalty instead of clipping. Its options are the algorithm's keys
+    (kl_target, kl_penalty, entropy_coef, value_coef...)."""
+    from rlplug.plugins.algorithms.onpolicy.ppo import PPOKLLoss
+
+    return PPOKLLoss.from_settings(networks, settings, kl_target=settings.kl_target, kl_penalty=settings.kl_penalty)
+
+
+@serving(*ONPOLICY)
+def make_policy_gradient_loss(networks, settings: OnPolicyConfig):
+    """rlplug's score-function loss (REINFORCE, A2C, IMPALA): -log pi(a|s) A, value and entropy terms. Its options
+    are the algorithm's keys (entropy_coef, value_coef...)."""
+    from rlplug.plugins.algorithms.onpolicy.pg import ScoreFunctionLoss
+
+    return ScoreFunctionLoss.from_settings(networks, settings)
+
+
+@serving(*ONPOLICY)
+def make_surrogate_loss(networks, settings: OnPolicyConfig):
+    """rlplug's unclipped importance-ratio surrogate loss, value and entropy terms. Its options are the
+    algorithm's keys (entropy_coef, value_coef...)."""
+    from rlplug.plugins.algorithms.onpolicy.pg import SurrogateLoss
+
+    return SurrogateLoss.from_settings(networks, settings)
 
 
 @serving(*ONPOLICY)
@@ -134,12 +153,10 @@ def make_reinforce_loss(
 
 @hookimpl
 def rlplug_register_losses(register):
-    register("ppo-loss", policy_gradient("clip", "rlplug's PPO loss: the clipped surrogate, value and entropy terms."))
-    register("ppo-kl-loss", policy_gradient("kl", "rlplug's PPO loss with an adaptive KL penalty instead of clipping."))
-    register("policy-gradient-loss", policy_gradient(
-        "score", "rlplug's score-function loss (REINFORCE, A2C, IMPALA): -log pi(a|s) A, value and entropy terms."))
-    register("surrogate-loss", policy_gradient(
-        "ratio", "rlplug's unclipped importance-ratio surrogate loss, value and entropy terms."))
+    register("ppo-loss", make_ppo_loss)
+    register("ppo-kl-loss", make_ppo_kl_loss)
+    register("policy-gradient-loss", make_policy_gradient_loss)
+    register("surrogate-loss", make_surrogate_loss)
     register("ClipPPOLoss", make_clip_ppo_loss)
     register("KLPENPPOLoss", make_klpen_ppo_loss)
     register("A2CLoss", make_a2c_loss)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlplug.errors import UserError
+from rlplug.plugins.algorithms.onpolicy.config import OnPolicyConfig, PPOConfig, PPOKLConfig
 
 
 def unset_to(values: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
@@ -24,21 +25,24 @@ def unset_to(values: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]
     return {key: value for key, value in merged.items() if value is not None}
 
 
-def onpolicy_defaults(settings) -> dict[str, Any]:
+def onpolicy_defaults(settings: OnPolicyConfig) -> dict[str, Any]:
     """The on-policy algorithm's settings under TorchRL's PPO/A2C names."""
     return {"entropy_coeff": settings.entropy_coef, "entropy_bonus": settings.entropy_coef > 0,
             "critic_coeff": settings.value_coef, "loss_critic_type": "l2", "clip_value": settings.value_clip}
 
 
-def ppo_loss(kind: str, networks: dict, settings, **values: Any):
-    """``ClipPPOLoss`` or ``KLPENPPOLoss`` with the algorithm's policy and critic."""
+def ppo_loss(kind: str, networks: dict, settings: OnPolicyConfig, **values: Any):
+    """``ClipPPOLoss`` or ``KLPENPPOLoss`` with the algorithm's policy and critic; the clip range, or the KL target
+    and starting beta, are the algorithm's where it is PPO, or PPO-KL (TorchRL's defaults otherwise)."""
     from torchrl.objectives import ClipPPOLoss, KLPENPPOLoss
 
     defaults = {**onpolicy_defaults(settings), "normalize_advantage": settings.normalize_advantages}
     if kind == "clip":
-        defaults["clip_epsilon"] = getattr(settings, "clip_epsilon", None)
+        if isinstance(settings, PPOConfig):
+            defaults["clip_epsilon"] = settings.clip_epsilon
         return ClipPPOLoss(networks["policy"], networks.get("critic"), **unset_to(values, defaults))
-    defaults.update(dtarg=getattr(settings, "kl_target", None), beta=getattr(settings, "kl_penalty", None))
+    if isinstance(settings, PPOKLConfig):
+        defaults.update(dtarg=settings.kl_target, beta=settings.kl_penalty)
     # the penalty's "old" policy is a copy of the actor (delay_actor), refreshed before each update, since
     # rlplug's batches record log-probabilities, not the distribution's parameters
     loss = KLPENPPOLoss(networks["policy"], networks.get("critic"), delay_actor=True, **unset_to(values, defaults))
@@ -46,7 +50,7 @@ def ppo_loss(kind: str, networks: dict, settings, **values: Any):
     return with_target_updates(loss)
 
 
-def score_loss(kind: str, networks: dict, settings, **values: Any):
+def score_loss(kind: str, networks: dict, settings: OnPolicyConfig, **values: Any):
     """``A2CLoss`` or ``ReinforceLoss``: the score-function gradient with a critic."""
     from torchrl.objectives import A2CLoss, ReinforceLoss
 

@@ -27,6 +27,7 @@ from rlplug.core.training import (
     set_learning_rate,
 )
 from rlplug.errors import UserError
+from rlplug.plugins.algorithms.networks import build_network as build_network  # the one both families use
 
 # -- networks behind the preprocessor ---------------------------------------------------------------------
 
@@ -167,15 +168,6 @@ def learning_rates(lr: float | list[float]) -> tuple[float, float]:
     if len(lr) != 2:  # the recipe check says this already; here for configs built in code
         raise UserError(f"must be a number or a pair [actor, critic], got a list of {len(lr)}", path="algorithm.lr")
     return float(lr[0]), float(lr[1])
-
-
-def build_network(component, **context) -> TensorDictModuleBase:
-    """``component.build(**context)``, its errors located at the component's key in the algorithm's table
-    (``algorithm.policy``)."""
-    try:
-        return component.build(**context)
-    except UserError as error:
-        raise (error if error.path else error.located(prefix=f"algorithm.{component.path}")) from None
 
 
 class EpisodeLabels:

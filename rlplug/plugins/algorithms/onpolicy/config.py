@@ -1,6 +1,7 @@
 """On-policy algorithm configs: each dataclass's fields are an algorithm's recipe table, its docstring the summary
 ``rlplug list`` shows. Kept free of torch so that listing and validating recipes stay quick; the algorithms
-themselves live beside it (``base``: the shared update; ``ppo``, ``pg``, ``impala``).
+themselves live beside it (``base``: the shared update and loss terms; ``ppo``, ``pg``: each algorithm with its
+rlplug loss; ``impala``).
 """
 
 from __future__ import annotations

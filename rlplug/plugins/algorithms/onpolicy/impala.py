@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDictBase
 
-from rlplug.plugins.algorithms.onpolicy.base import OnPolicy
+from rlplug.plugins.algorithms.onpolicy.base import OnPolicy, log_prob_and_entropy
 from rlplug.plugins.algorithms.onpolicy.config import ImpalaConfig
 from rlplug.plugins.estimators.returns import TARGET_LOG_PROB
 
@@ -33,8 +33,8 @@ class IMPALA(OnPolicy):
         """The current policy's log-probability of each taken action, then critic values and V-trace."""
         actor = self.actor
         observations, actions = batch.get(actor.observation_key), batch.get(actor.action_key)
-        log_prob, _ = actor.evaluate(observations.reshape(-1, *observations.shape[batch.ndim:]),
-                                     actions.reshape(-1, *actions.shape[batch.ndim:]))
+        log_prob, _ = log_prob_and_entropy(actor, observations.reshape(-1, *observations.shape[batch.ndim:]),
+                                           actions.reshape(-1, *actions.shape[batch.ndim:]))
         batch.set(TARGET_LOG_PROB, log_prob.reshape(batch.batch_size))
         return super().estimate(batch)
 
