@@ -258,3 +258,19 @@ def test_sacs_actor_term_trades_the_lower_critic_against_entropy():
                    initial_entropy_coef=0.5)
     out = loss(replay_sample("continuous", 64, 0))
     assert float(out["loss_actor"]) == pytest.approx(-0.5 * float(out["entropy"]) - 1.0, rel=1e-5)
+
+
+@pytest.mark.parametrize("name, critics", [("ddpg-loss", 1), ("sac-loss", 2), ("td3-loss", 2)])
+def test_a_loss_state_from_when_one_class_held_every_actor_critic_loss_still_loads(name, critics):
+    """Checkpoints written when one class computed DDPG's, TD3's and SAC's losses hold the action bounds as
+    buffers of each; the losses that no longer keep them load such a state strictly (resume, eval), and TD3's,
+    which does, keeps its own values."""
+    role = "policy" if name == "sac-loss" else "deterministic_policy"
+    networks = {"policy": network(role, "continuous", 0)}
+    networks["critics"] = [network("q_value", "continuous", 1 + i) for i in range(critics)]
+    networks["critic"] = networks["critics"][0]
+    loss = loss_of(name, networks, "continuous")
+    former = {**loss.state_dict(), "action_low": torch.tensor([-2.0]), "action_high": torch.tensor([2.0])}
+    loss.load_state_dict(former)  # strict: nothing unexpected, nothing missing
+    assert set(loss.state_dict()) == set(former) if name == "td3-loss" else set(former) - set(loss.state_dict()) == \
+        {"action_low", "action_high"}

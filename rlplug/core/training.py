@@ -236,6 +236,19 @@ def compile_in_place(module: torch.nn.Module, device: str) -> None:
     module.compile(mode="reduce-overhead" if torch.device(device).type == "cuda" else None)
 
 
+def forget_former_buffers(module: torch.nn.Module, names: tuple[str, ...]) -> None:
+    """Checkpoints of runs written when ``module``'s class held the buffers ``names`` still load into it: a
+    ``load_state_dict`` pre-hook drops those of them the module no longer has (``rlplug resume``, ``eval``)."""
+
+    def drop(target: torch.nn.Module, state_dict: dict, prefix: str, *rest: Any) -> None:
+        own = dict(target.named_buffers(recurse=False))
+        for name in names:
+            if name not in own:
+                state_dict.pop(prefix + name, None)
+
+    module.register_load_state_dict_pre_hook(drop)
+
+
 class MetricMean:
     """Running means of detached scalars, read once per update so the hot loop never syncs."""
 

@@ -13,9 +13,10 @@ from torch import nn
 from rlplug.core.recurrent import is_recurrent
 from rlplug.errors import UserError
 from rlplug.networks import action_bounds
+from rlplug.plugins.algorithms.networks import build_network
 from rlplug.plugins.algorithms.offpolicy.base import OffPolicy
 from rlplug.plugins.algorithms.offpolicy.config import ActorCriticConfigs, CrossQConfig, SACConfig, TD3Config
-from rlplug.plugins.algorithms.offpolicy.parts import EpisodeLabels, build_network, learning_rates
+from rlplug.plugins.algorithms.offpolicy.parts import EpisodeLabels, learning_rates
 from rlplug.plugins.replay_buffers.buffers import SEQUENCES_NEED_UNIFORM
 from rlplug.registry import protocols
 from rlplug.registry.networks import ActorCriticNetworks

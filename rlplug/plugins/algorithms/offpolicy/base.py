@@ -40,6 +40,7 @@ from torch import nn
 from rlplug.core.training import MetricMean, compile_in_place, summed, updates_stopped
 from rlplug.errors import RlplugWarning, UserError
 from rlplug.networks import is_discrete, observation_key
+from rlplug.plugins.algorithms.networks import build_network
 from rlplug.plugins.algorithms.offpolicy.config import ActorCriticConfig, DQNConfig, OffPolicyConfigs, PolyakTargets
 from rlplug.plugins.algorithms.offpolicy.contract import check_loss_contract, check_state_kept, plugin_mistake
 from rlplug.plugins.algorithms.offpolicy.parts import (
@@ -47,7 +48,6 @@ from rlplug.plugins.algorithms.offpolicy.parts import (
     Learners,
     RandomActions,
     behind_preprocessor,
-    build_network,
     mixed_precision_context,
 )
 from rlplug.registry import protocols

@@ -25,10 +25,11 @@ from torchrl.objectives import LossModule
 from rlplug.core.acting import tensor_function
 from rlplug.core.actions import action_layout
 from rlplug.errors import UserError
+from rlplug.plugins.algorithms.networks import build_network
 from rlplug.plugins.algorithms.offpolicy.base import OffPolicy
 from rlplug.plugins.algorithms.offpolicy.config import DQNConfig
 from rlplug.plugins.algorithms.offpolicy.losses import Sample, polyak_update, target_copy, with_learners
-from rlplug.plugins.algorithms.offpolicy.parts import build_network, exploring
+from rlplug.plugins.algorithms.offpolicy.parts import exploring
 from rlplug.registry.networks import QNetworks
 
 

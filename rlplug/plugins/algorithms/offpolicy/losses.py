@@ -31,6 +31,7 @@ from torchrl.objectives import LossModule
 
 from rlplug.core.acting import ActorView, tensor_function
 from rlplug.core.recurrent import ObservationSequence, is_recurrent, sequence_function
+from rlplug.core.training import forget_former_buffers
 from rlplug.errors import UserError
 from rlplug.networks import action_size
 from rlplug.registry.networks import ActorCriticNetworks
@@ -153,6 +154,8 @@ class ActorCriticLoss(LossModule):
         self.with_actor = True
         self.parameter_groups = {"actor": list(actor.parameters()), "critic": list(self.critic_networks.parameters())}
         self.term_learners = {"loss_actor": "actor", self.critic_term_name: "critic"}
+        # one class held every actor-critic's loss, and the action bounds, before each had its own
+        forget_former_buffers(self, ("action_low", "action_high"))
 
     def function(self, network: nn.Module, in_keys: list) -> Callable[..., torch.Tensor]:
         """``network`` as a function of tensors (of observation sequences, for recurrent networks)."""

@@ -27,7 +27,6 @@ from rlplug.core.training import (
     set_learning_rate,
 )
 from rlplug.errors import UserError
-from rlplug.plugins.algorithms.networks import build_network as build_network  # the one both families use
 
 # -- networks behind the preprocessor ---------------------------------------------------------------------
 

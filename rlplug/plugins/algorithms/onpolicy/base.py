@@ -33,6 +33,7 @@ from rlplug.core.training import (
     MetricMean,
     clip_and_step,
     compile_in_place,
+    forget_former_buffers,
     load_optimiser_state,
     make_optimizer,
     optimiser_step,
@@ -298,15 +299,6 @@ def explained_variance(prediction: torch.Tensor, target: torch.Tensor) -> float:
 FORMER_BUFFERS = ("clip_epsilon", "beta")
 
 
-def drop_former_buffers(module: torch.nn.Module, state_dict: dict, prefix: str, *rest: Any) -> None:
-    """A ``load_state_dict`` pre-hook: the former buffers this loss does not have are dropped from the state, so
-    that a checkpoint written before each loss had its class still loads (``rlplug resume``, ``eval``)."""
-    own = dict(module.named_buffers(recurse=False))
-    for name in FORMER_BUFFERS:
-        if name not in own:
-            state_dict.pop(prefix + name, None)
-
-
 def approx_kl(ratio: torch.Tensor, log_ratio: torch.Tensor) -> torch.Tensor:
     """``mean((r - 1) - log r)``: an unbiased, non-negative estimate of KL(old || new) from the ratios."""
     return ((ratio - 1) - log_ratio).mean()
@@ -379,7 +371,7 @@ class OnPolicyLoss(LossModule):
         #: minibatches it does not report
         self.diagnostics = True
         self.set_keys(sample_log_prob=self.view.log_prob_key, action=self.view.action_key)
-        self.register_load_state_dict_pre_hook(drop_former_buffers)
+        forget_former_buffers(self, FORMER_BUFFERS)
 
     @classmethod
     def from_settings(cls, networks: dict, settings: OnPolicyConfig, **options: Any) -> OnPolicyLoss:
