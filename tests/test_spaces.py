@@ -178,7 +178,7 @@ def test_dqn_refuses_parts_naming_the_algorithm(tmp_path):
             rlplug.Agent.from_recipe({"env": {"use": "gym", "id": ECHO, "kwargs": {"space": space}},
                                       "algorithm": {"use": "dqn"}, "loggers": []}, out=tmp_path / space)
         message = str(caught.value)
-        assert message.startswith("algorithm: dqn learns one Q-value per choice of one Discrete action")
+        assert message.startswith("<recipe dict>: algorithm: dqn learns one Q-value per choice of one Discrete action")
         assert "3 categorical parts of 2, 2, 2 choices" in message and "\n" not in message
 
 

@@ -10,24 +10,14 @@ factory says which algorithms it serves (``serves``), checked when the recipe is
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
+from rlplug.plugins.algorithms.loss_parts import Coefficient, Distance, Samples, serving
 from rlplug.plugins.algorithms.onpolicy.config import OnPolicyConfig, PPOConfig, PPOKLConfig
 from rlplug.registry.hookspecs import hookimpl
 from rlplug.registry.schema import Range
 
 ONPOLICY = ("ppo", "ppo-kl", "a2c", "vpg", "surrogate", "impala")
-Coefficient = Annotated[float, Range(ge=0.0)]
-Distance = Literal["l1", "l2", "smooth_l1"]
-Samples = Annotated[int, Range(ge=1)]
-
-
-def serving(*algorithms: str):
-    """Marks a loss factory with the algorithms it fits (read by their ``loss`` key's check)."""
-    def mark(factory):
-        factory.serves = algorithms
-        return factory
-    return mark
 
 
 @serving("ppo")

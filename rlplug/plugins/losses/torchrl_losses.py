@@ -15,14 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from rlplug.errors import UserError
+from rlplug.plugins.algorithms.loss_parts import unset_to, with_target_updates
 from rlplug.plugins.algorithms.onpolicy.config import OnPolicyConfig, PPOConfig, PPOKLConfig
-
-
-def unset_to(values: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
-    """``values`` with each None replaced from ``defaults`` (then dropped if still None: TorchRL's default)."""
-    merged = {key: defaults.get(key) if value is None else value for key, value in values.items()}
-    merged.update({key: value for key, value in defaults.items() if key not in values})
-    return {key: value for key, value in merged.items() if value is not None}
 
 
 def onpolicy_defaults(settings: OnPolicyConfig) -> dict[str, Any]:
@@ -65,18 +59,3 @@ def score_loss(kind: str, networks: dict, settings: OnPolicyConfig, **values: An
     keep = {"loss_critic_type", "clip_value"}  # REINFORCE's loss has no coefficients and no entropy bonus
     return ReinforceLoss(networks["policy"], networks.get("critic"),
                          **unset_to(values, {k: v for k, v in defaults.items() if k in keep}))
-
-
-def with_target_updates(loss):
-    """``loss`` with ``update_targets(tau)``: its target parameters moved towards the online ones by TorchRL's
-    ``SoftUpdate`` (``tau = 1``: a copy)."""
-    from torchrl.objectives import SoftUpdate
-
-    updater = SoftUpdate(loss, eps=0.5)
-
-    def update_targets(tau: float) -> None:
-        updater.eps = 1.0 - tau
-        updater.step()
-
-    loss.update_targets = update_targets
-    return loss

@@ -97,7 +97,7 @@ def torchrl_loss(networks: ActorCriticNetworks, settings: Any, action_spec=None,
     the recipe's keys for it, unset ones the algorithm's. It keeps no targets."""
     from torchrl.objectives import CrossQLoss
 
-    from rlplug.plugins.losses.torchrl_losses import unset_to
+    from rlplug.plugins.algorithms.loss_parts import unset_to
 
     refuse_sequences(networks, "CrossQLoss")
     loss = CrossQLoss(networks["policy"], networks["critic"], action_spec=action_spec,

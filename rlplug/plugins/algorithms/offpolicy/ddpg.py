@@ -62,9 +62,9 @@ def torchrl_loss(networks: ActorCriticNetworks, settings: Any, **values: Any):
     """TorchRL's ``DDPGLoss`` with the algorithm's actor and critic; ``values``: the recipe's keys for it."""
     from torchrl.objectives import DDPGLoss
 
-    from rlplug.plugins.losses.torchrl_losses import unset_to
+    from rlplug.plugins.algorithms.loss_parts import unset_to
 
-    refuse_sequences(networks, "DDPGLoss")
+    refuse_sequences(networks, "DDPGLoss", "ddpg-loss")
     loss = DDPGLoss(networks["policy"], networks["critic"], **unset_to(values, {"loss_function": "l2"}))
     return with_learners(loss, settings.gamma, {"actor": "actor_network_params", "critic": "value_network_params"},
                          {"loss_actor": "actor", "loss_value": "critic"})

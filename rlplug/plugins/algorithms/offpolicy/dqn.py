@@ -171,7 +171,7 @@ def torchrl_loss(networks: QNetworks, settings: Any, action_spec, **values: Any)
     from torchrl.modules import QValueModule
     from torchrl.objectives import DQNLoss
 
-    from rlplug.plugins.losses.torchrl_losses import unset_to
+    from rlplug.plugins.algorithms.loss_parts import unset_to
 
     space = "one_hot" if isinstance(action_spec, OneHot) else "categorical"  # the spec's shape has the env's dims
     defaults = {"double_dqn": settings.double, "loss_function": "smooth_l1"}

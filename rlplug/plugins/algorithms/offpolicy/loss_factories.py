@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from rlplug.plugins.losses import Distance, serving
+from rlplug.plugins.algorithms.loss_parts import Distance, serving
 from rlplug.registry.networks import ActorCriticNetworks, QNetworks
 from rlplug.registry.schema import Range
 

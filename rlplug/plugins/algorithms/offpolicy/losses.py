@@ -278,11 +278,13 @@ def default_target_entropy(settings: Any, observation_spec, action_spec) -> floa
 
 # -- TorchRL's losses ------------------------------------------------------------------------------------
 
-def refuse_sequences(networks: ActorCriticNetworks, name: str) -> None:
-    """TorchRL's actor-critic losses learn from single transitions: a one-line error for recurrent networks."""
+def refuse_sequences(networks: ActorCriticNetworks, name: str, own: str | None = None) -> None:
+    """TorchRL's actor-critic losses learn from single transitions: a one-line error for recurrent networks,
+    naming rlplug's loss ``own`` that learns from sequences, where the algorithm has one."""
     if is_recurrent(networks["policy"]) or is_recurrent(networks["critic"]):
-        raise UserError(f"TorchRL's {name} learns from single transitions; recurrent networks (lstm, gru) learn "
-                        f"from sequences with rlplug's own loss", path="algorithm.loss")
+        instead = f"set use = '{own}'" if own else "use an mlp"
+        raise UserError(f"TorchRL's {name} learns from single transitions, not from the sequences of recurrent "
+                        f"networks (lstm, gru); {instead}", path="algorithm.loss")
 
 
 def with_learners(loss, gamma: float, groups: dict[str, str], terms: dict[str, str], targets: bool = True,
@@ -293,7 +295,7 @@ def with_learners(loss, gamma: float, groups: dict[str, str], terms: dict[str, s
     prioritised replay's importance weights read where the loss takes them (``weighted``)."""
     from tensordict import TensorDictBase
 
-    from rlplug.plugins.losses.torchrl_losses import with_target_updates
+    from rlplug.plugins.algorithms.loss_parts import with_target_updates
 
     loss.make_value_estimator(gamma=gamma)
     if weighted:

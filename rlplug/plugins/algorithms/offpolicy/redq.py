@@ -48,7 +48,7 @@ def torchrl_loss(networks: ActorCriticNetworks, settings: Any, observation_spec,
     the loss's state from the start, so that checkpoints load into a freshly built loss."""
     from torchrl.objectives import REDQLoss
 
-    from rlplug.plugins.losses.torchrl_losses import unset_to
+    from rlplug.plugins.algorithms.loss_parts import unset_to
 
     refuse_sequences(networks, "REDQLoss")
     defaults = {"num_qvalue_nets": settings.critics, "sub_sample_len": settings.subset_size,

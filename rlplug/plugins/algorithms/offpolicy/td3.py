@@ -70,9 +70,9 @@ def torchrl_loss(networks: ActorCriticNetworks, settings: Any, action_spec=None,
     the recipe's keys for it, unset ones the algorithm's."""
     from torchrl.objectives import TD3Loss
 
-    from rlplug.plugins.losses.torchrl_losses import unset_to
+    from rlplug.plugins.algorithms.loss_parts import unset_to
 
-    refuse_sequences(networks, "TD3Loss")
+    refuse_sequences(networks, "TD3Loss", "td3-loss")
     defaults = {"policy_noise": settings.target_policy_noise, "noise_clip": settings.target_noise_clip,
                 "loss_function": "l2", "num_qvalue_nets": 2}
     loss = TD3Loss(networks["policy"], networks["critic"], action_spec=action_spec, **unset_to(values, defaults))
