@@ -36,6 +36,8 @@ RECIPES = {
     "pendulum-ddpg-lstm": (-300, "no zoo entry (velocity removed); compare the MLP DDPG on the same observations "
                                  "(the --set example above)"),
     "cartpole-dqn": (400, "rl-baselines3-zoo DQN, 50k steps: 500.0 +- 0.0"),
+    "pendulum-crossq": (-250, "the CrossQ paper evaluates on MuJoCo, not Pendulum; compare pendulum-sac"),
+    "pendulum-redq": (-250, "the REDQ paper evaluates on MuJoCo, not Pendulum; compare pendulum-sac"),
 }
 
 
