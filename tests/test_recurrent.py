@@ -154,6 +154,21 @@ def test_recipe_mistakes_are_one_line_errors_naming_the_key(tmp_path, overrides,
     assert "\n" not in message and all(f in message for f in fragments), message
 
 
+@pytest.mark.parametrize("algorithm, offered", [("sac", False), ("crossq", False), ("redq", False), ("dqn", False),
+                                                 ("ddpg", True), ("td3", True)])
+def test_sequence_keys_are_offered_only_to_the_algorithms_that_learn_from_sequences(tmp_path, algorithm, offered):
+    """DDPG and TD3 learn from sequences; the others are not offered sequence_length or burn_in (keys that would
+    do nothing), so setting one is the unknown-key error naming it."""
+    for key in ("sequence_length", "burn_in"):
+        path = tmp_path / f"{key}.toml"
+        path.write_text(f'[env]\nuse = "gym"\nid = "Pendulum-v1"\n[algorithm]\nuse = "{algorithm}"\n{key} = 1\n')
+        if offered:
+            rlplug.recipe.load(path)
+            continue
+        with pytest.raises(rlplug.UserError, match=f"algorithm.{key}"):
+            rlplug.recipe.load(path)
+
+
 @pytest.mark.slow
 def test_cli_reports_a_bad_observation_index_in_one_line(tmp_path):
     out = tmp_path / "run"

@@ -15,7 +15,13 @@ from rlplug.errors import UserError
 from rlplug.networks import action_bounds
 from rlplug.plugins.algorithms.networks import build_network
 from rlplug.plugins.algorithms.offpolicy.base import OffPolicy
-from rlplug.plugins.algorithms.offpolicy.config import ActorCriticConfigs, CrossQConfig, SACConfig, TD3Config
+from rlplug.plugins.algorithms.offpolicy.config import (
+    ActorCriticConfigs,
+    CrossQConfig,
+    SACConfig,
+    SequencesConfig,
+    TD3Config,
+)
 from rlplug.plugins.algorithms.offpolicy.parts import EpisodeLabels, learning_rates
 from rlplug.plugins.replay_buffers.buffers import SEQUENCES_NEED_UNIFORM
 from rlplug.registry import protocols
@@ -60,6 +66,9 @@ class ActorCritic(OffPolicy):
     def check_sequences(self) -> None:
         """What recurrent networks need of the rest of the recipe, as one-line errors naming the key."""
         config = self.config
+        if not isinstance(config, SequencesConfig):
+            raise UserError(f"{type(self).__name__.lower()} learns from single transitions; recurrent networks (lstm, "
+                            f"gru) learn from sequences with ddpg or td3", path="algorithm.policy")
         if config.burn_in >= config.sequence_length:
             raise UserError(f"must be less than sequence_length ({config.sequence_length}), got {config.burn_in}",
                             path="algorithm.burn_in")

@@ -41,7 +41,7 @@ from rlplug.core.training import MetricMean, compile_in_place, summed, updates_s
 from rlplug.errors import RlplugWarning, UserError
 from rlplug.networks import is_discrete, observation_key
 from rlplug.plugins.algorithms.networks import build_network
-from rlplug.plugins.algorithms.offpolicy.config import ActorCriticConfig, DQNConfig, OffPolicyConfigs, PolyakTargets
+from rlplug.plugins.algorithms.offpolicy.config import DQNConfig, OffPolicyConfigs, PolyakTargets, SequencesConfig
 from rlplug.plugins.algorithms.offpolicy.contract import check_loss_contract, check_state_kept, plugin_mistake
 from rlplug.plugins.algorithms.offpolicy.parts import (
     EpisodeLabels,
@@ -299,7 +299,7 @@ class OffPolicy:
         starts) and wherever an episode starts; actions, rewards and terminations from ``burn_in`` on. Sampled
         sequences never cross an episode's end, so the next observations are the observations one step on."""
         config = self.config
-        if not isinstance(config, ActorCriticConfig):  # only the actor-critics learn from sequences
+        if not isinstance(config, SequencesConfig):  # only DDPG and TD3 learn from sequences
             raise TypeError(f"{type(self).__name__} learns from no sequences (its config has no sequence_length)")
         length, start = config.sequence_length, config.burn_in
         for _ in range(self.config.gradient_steps):

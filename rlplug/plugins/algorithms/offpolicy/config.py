@@ -113,6 +113,12 @@ class ActorCriticConfig(OffPolicyConfig):
     lr: LearningRate = 1e-3
     #: the noise added to actions while collecting (unset: none)
     exploration_noise: Noise | None = named(Noise, "gaussian")
+
+
+@dataclass(frozen=True)
+class SequencesConfig:
+    """Recurrent networks (lstm, gru) learning from sequences of one episode's steps (DDPG's and TD3's)."""
+
     #: recurrent networks (lstm, gru) only: steps per sampled sequence; batch_size counts steps and must be
     #: a multiple of it (batch_size / sequence_length sequences per gradient step)
     sequence_length: Count = 16
@@ -153,7 +159,7 @@ class EntropyConfig(ActorCriticConfig):
 
 
 @dataclass(frozen=True)
-class DDPGConfig(PolyakTargets, ActorCriticConfig):
+class DDPGConfig(SequencesConfig, PolyakTargets, ActorCriticConfig):
     """Deep deterministic policy gradient: a deterministic actor, one Q-critic, noise to explore."""
 
     #: what each gradient step minimises: rlplug's DDPG loss, or TorchRL's DDPGLoss (built with these networks)
@@ -161,7 +167,7 @@ class DDPGConfig(PolyakTargets, ActorCriticConfig):
 
 
 @dataclass(frozen=True)
-class TD3Config(DelayedActorConfig, PolyakTargets, ActorCriticConfig):
+class TD3Config(DelayedActorConfig, SequencesConfig, PolyakTargets, ActorCriticConfig):
     """Twin delayed DDPG: twin critics (the lower target), target policy smoothing, delayed actor updates."""
 
     #: what each gradient step minimises: rlplug's TD3 loss, or TorchRL's TD3Loss (built with these networks)

@@ -35,10 +35,6 @@ class REDQ(SAC):
         self.critics = self.config.critics
         return super().build()
 
-    def check_sequences(self) -> None:
-        raise UserError("REDQ learns from single transitions; recurrent networks (lstm, gru) learn from sequences "
-                        "with ddpg or td3", path="algorithm")
-
 
 def torchrl_loss(networks: ActorCriticNetworks, settings: Any, observation_spec, action_spec, **values: Any):
     """TorchRL's ``REDQLoss`` with the algorithm's actor and critic (TorchRL makes the ensemble of
