@@ -234,3 +234,26 @@ def test_a_loss_is_moved_to_the_algorithms_device_when_built(loss):
                         device="meta")
     tensors = [*built.buffers(), *built.parameters()]
     assert tensors and all(t.device.type == "meta" for t in tensors)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("anneal", [False, True])
+def test_the_clip_range_set_on_clip_ppo_loss_is_the_one_ppo_clips_with(tmp_path, anneal):
+    """``[algorithm.loss] use = "ClipPPOLoss", clip_epsilon = 0.1`` under ``ppo`` (whose own clip_epsilon is
+    0.2): the loss clips at 0.1, annealed from there where the algorithm anneals, never reset to the algorithm's."""
+    import csv
+
+    from conftest import ROOT
+
+    out = tmp_path / f"anneal-{anneal}"
+    agent = rlplug.Agent.from_recipe(ROOT / "recipes" / "cartpole-ppo.toml", out=out, loggers=[{"use": "csv"}],
+                                     run={"total_frames": 4096, "checkpoint_every_frames": 0},
+                                     eval={"every_frames": 0, "episodes": 1},
+                                     algorithm={"clip_epsilon": 0.2, "anneal_clip": anneal,
+                                                "loss": {"use": "ClipPPOLoss", "clip_epsilon": 0.1}})
+    agent.train()
+    agent.close()
+    with (out / "metrics.csv").open() as f:
+        clips = [float(row["clip_epsilon"]) for row in csv.DictReader(f) if row.get("clip_epsilon")]
+    assert clips and max(clips) <= 0.1 + 1e-6
+    assert (clips[-1] < clips[0]) if anneal else clips == [pytest.approx(0.1)] * len(clips)

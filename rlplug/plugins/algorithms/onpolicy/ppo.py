@@ -26,8 +26,14 @@ class PPO(OnPolicy):
 
     config: PPOConfig
 
+    def __init__(self, config: PPOConfig, **context: Any):
+        super().__init__(config, **context)
+        #: the clip range the schedule starts from, read from the loss as built (before any checkpoint loads): the
+        #: loss's own ``clip_epsilon`` where the recipe set one (TorchRL's ClipPPOLoss), else the algorithm's
+        self.clip_start = float(getattr(self.loss_module, "clip_epsilon", config.clip_epsilon))
+
     def before_update(self, progress: float) -> None:
-        clip = self.config.clip_epsilon
+        clip = self.clip_start
         self.clip = linear_decay(clip, progress) if self.config.anneal_clip else clip
         if hasattr(self.loss_module, "clip_epsilon"):  # the loss clips: ours, or TorchRL's ClipPPOLoss
             self.loss_module.clip_epsilon = self.clip
