@@ -6,13 +6,11 @@ once every ``policy_delay`` critic steps (TD3, CrossQ)."""
 
 from __future__ import annotations
 
-import torch
 from tensordict.nn import TensorDictModuleBase
 from torch import nn
 
 from rlplug.core.recurrent import is_recurrent
 from rlplug.errors import UserError
-from rlplug.networks import action_bounds
 from rlplug.plugins.algorithms.networks import build_network
 from rlplug.plugins.algorithms.offpolicy.base import OffPolicy
 from rlplug.plugins.algorithms.offpolicy.config import (
@@ -58,10 +56,6 @@ class ActorCritic(OffPolicy):
     def learning_rates(self) -> dict[str, float]:
         actor, critic = learning_rates(self.config.lr)
         return {name: actor if name == "actor" else critic for name in self.loss_module.parameter_groups}
-
-    def action_bounds(self) -> tuple[torch.Tensor, torch.Tensor] | None:
-        bounds = action_bounds(self.observation_spec, self.action_spec)
-        return None if bounds is None else (bounds[0].to(self.device), bounds[1].to(self.device))
 
     def check_sequences(self) -> None:
         """What recurrent networks need of the rest of the recipe, as one-line errors naming the key."""
