@@ -6,6 +6,7 @@ read-only numbers against the recipe keys they stand for, and both through ``rlp
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -204,3 +205,16 @@ def test_acting_step_through_the_agent_acts_as_agent_act(tmp_path):
         assert torch.equal(acted.action, agent.act(TensorDict({"observation": obs}, [5])).get("action"))
     finally:
         agent.close()
+
+
+def test_the_pytorchrl_mapping_names_every_member_of_the_seeds_algorithm():
+    """docs/from-pytorchrl.md has a row for each member of pytorchrl's Algorithm, and the numbers' rows name the
+    properties the algorithms have."""
+    text = (ROOT / "docs" / "from-pytorchrl.md").read_text()
+    table = text.split("## The interface", 1)[1].split("## `acting_step`", 1)[0]
+    rows = [line.split("|")[1:3] for line in table.splitlines() if line.startswith("| `")]
+    documented = {name for seed, _ in rows for name in re.findall(r"`(?:utils\.)?(\w+)", seed)}
+    assert {"acting_step", "compute_gradients", "apply_gradients", "set_weights", "update_algorithm_parameter",
+            "create_factory", "gaussian_kl", *NUMBERS} <= documented
+    numbers = {name: ours for seed, ours in rows for name in NUMBERS if seed.strip().startswith(f"`{name}`")}
+    assert sorted(numbers) == sorted(NUMBERS) and all(f"`{name}`" in ours for name, ours in numbers.items())
