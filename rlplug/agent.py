@@ -148,6 +148,11 @@ class Agent:
     def frames(self) -> int:
         return self.run.frames
 
+    @property
+    def algorithm(self) -> protocols.Algorithm:
+        """The algorithm the run trains: pytorchrl's interface (``acting_step``, ``gamma``...) is on it."""
+        return self.run.algorithm
+
     def close(self) -> None:
         """Close the envs (their worker processes, with ``env.vectorization = "async"``) and give up the run
         directory; the agent is not used afterwards."""

@@ -96,7 +96,8 @@ def test_show_json():
     assert params["anneal_clip"]["description"].startswith("shrink the clip range")
     assert params["epochs"] == {**params["epochs"], "default": 10, "type": "int", "constraints": ">= 1"}
     assert params["num_minibatches"]["default"] is None and params["policy"]["default"] == "mlp"
-    assert [c["name"] for c in data["context"]] == ["observation_spec", "action_spec", "device", "total_frames"]
+    assert [c["name"] for c in data["context"]] == ["observation_spec", "action_spec", "device", "total_frames",
+                                                    "eval_episodes", "eval_every_frames"]
 
 
 def test_show_on_a_terminal_is_a_rich_table():

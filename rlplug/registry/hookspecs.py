@@ -39,7 +39,12 @@ def rlplug_register_algorithms(register):
     ``set_weights(weights)``, ``compute_gradients(minibatch, ...)``, ``apply_gradients(gradients)`` (the
     on-policy family's are in :class:`rlplug.plugins.algorithms.onpolicy.base.OnPolicy`).
 
-    Context: ``observation_spec``, ``action_spec``, ``device``, ``seed``, ``total_frames``, ``run_dir``.
+    Optional too, pytorchrl's acting half: ``acting_step(obs, rhs, done, deterministic=False)`` and the read-only
+    ``gamma``, ``num_epochs``, ``mini_batch_size``, ``num_mini_batch``, ``num_test_episodes``, ``start_steps``,
+    ``test_every``, ``update_every`` (every built-in algorithm's: :mod:`rlplug.plugins.algorithms.acting`).
+
+    Context: ``observation_spec``, ``action_spec``, ``device``, ``seed``, ``total_frames``, ``run_dir``,
+    ``eval_episodes``, ``eval_every_frames``.
     """
 
 
@@ -166,7 +171,8 @@ HOOKS = {
 #: kind name -> the context names the built-in run gives its factories (each hookspec's "Context:" line).
 CONTEXT = {
     "env": ("device",),
-    "algorithm": ("observation_spec", "action_spec", "device", "seed", "total_frames", "run_dir"),
+    "algorithm": ("observation_spec", "action_spec", "device", "seed", "total_frames", "run_dir", "eval_episodes",
+                  "eval_every_frames"),
     "estimator": (),
     "logger": ("run_dir", "total_frames", "frames", "networks"),
     "network": ("observation_spec", "action_spec", "role", "device"),

@@ -20,12 +20,12 @@ from rlplug.registry.conformance import (
     optional,
     optional_name,
 )
+from rlplug.registry.env_protocol import Env
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
 
-    import numpy as np
     import torch
     from tensordict import TensorDictBase
     from torch import nn
@@ -35,76 +35,8 @@ if TYPE_CHECKING:
     from rlplug.core.episodes import EpisodeTracker
 
 #: handed out here too (``protocols.capability``...)
-__all__ = ["ContractError", "capability", "checked_metrics", "conform", "has_member", "members", "optional_name"]
-
-
-class Env(Protocol):
-    """An env: a TorchRL ``EnvBase`` (batched or not), stepped with TensorDicts, or with numpy arrays where it
-    offers the array step (``supports_tensor_steps``, ``reset_arrays``, ``step_arrays``: rlplug's ``gym`` env
-    does). Networks read its ``observation`` entry; other entries are concatenated into one."""
-
-    #: what a step's observation entries are (a TorchRL ``Composite``)
-    observation_spec: TensorSpec
-    #: what an action is
-    action_spec: TensorSpec
-    #: ``[envs]`` for a batched env, ``[]`` for one
-    batch_size: torch.Size
-
-    def set_seed(self, seed: int) -> int | None:
-        """Seeds the env's random stream (every copy of a batched env its own)."""
-
-    def reset(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
-        """Starts every episode; the first observations."""
-
-    def step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
-        """One step with the ``action`` entry: the step (its ``next`` entries) and where each env goes on from."""
-
-    def close(self) -> None:
-        """Called once when the run ends, however it ends."""
-
-    @optional
-    def statistics(self) -> dict[str, Any]:
-        """What the env learns while it runs (running normalisation): plain tensors and numbers, saved in
-        checkpoints and copied (frozen) into the evaluation env."""
-
-    @optional
-    def load_statistics(self, state: dict[str, Any]) -> None:
-        """Put back what :meth:`statistics` returned (of an env built with the same options)."""
-
-    @optional
-    def set_training(self, training: bool) -> None:
-        """False: statistics frozen and rewards in the env's own units (evaluation)."""
-
-    @optional
-    def normalize_observation(self, observation: np.ndarray) -> np.ndarray:
-        """A numpy observation as the policy sees it (``Agent.select_action``)."""
-
-    @optional
-    def read_action(self, action: torch.Tensor) -> np.ndarray:
-        """Actions in the policy's layout (one-hot, indices from 0) as numpy in the env's own format (a
-        Discrete space's start added), for ``Agent.select_action``; TorchRL's gymnasium envs have it."""
-
-    @optional
-    def observation_normalizer(self) -> nn.Module | None:
-        """:meth:`normalize_observation` as a ``torch.nn.Module`` (float32 in and out), statistics frozen; None
-        when observations pass unchanged. ``rlplug export`` puts it in front of the policy."""
-
-    @property
-    @optional
-    def supports_tensor_steps(self) -> bool:
-        """Whether :meth:`reset_arrays` and :meth:`step_arrays` may be used now (no TensorDict per step); their
-        arrays are what the TensorDict road gives: the ``observation`` entry's dtype, the same episodes."""
-
-    @optional
-    def reset_arrays(self, seed: int | None = None) -> np.ndarray:
-        """Every env reset (seeded when ``seed`` is given); the observations as one numpy array ``[envs, ...]``."""
-
-    @optional
-    def step_arrays(self, action: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """One step of every env with a numpy action ``[envs, ...]`` in gymnasium's format (an index for discrete
-        actions, else floats); numpy ``(next_observation, reward, terminated, truncated, observation)``, each
-        ``[envs, ...]``: reward float32, terminated/truncated bool, ``next_observation`` where the step led (an
-        episode's last), ``observation`` where each env goes on from (same-step autoreset)."""
+__all__ = ["ContractError", "Env", "capability", "checked_metrics", "conform", "has_member", "members",
+           "optional_name"]
 
 
 class Algorithm(Protocol):
@@ -164,6 +96,57 @@ class Algorithm(Protocol):
         """Seeds trained together (``rlplug run --seeds --batched``): the update of ``algorithms`` (this one
         first; copies built from one recipe, one per seed of ``seeds``) computed at once, a
         :class:`BatchedUpdate`. Raises ``UserError`` where this configuration cannot be (its loss, say)."""
+
+    # -- pytorchrl's acting half: every built-in algorithm's is rlplug.plugins.algorithms.acting's ---------------
+
+    @optional
+    def acting_step(self, obs: torch.Tensor | TensorDictBase, rhs: TensorDictBase | None, done: torch.Tensor,
+                    deterministic: bool = False
+                    ) -> tuple[torch.Tensor, torch.Tensor, TensorDictBase, dict[str, torch.Tensor]]:
+        """The acting policy on ``obs`` (``[*batch, ...]``): the action, the action clipped to the action space,
+        the recurrent state after the step (``rhs`` in: the one returned last, None for zeros; restarted where
+        ``done`` marks a new episode; empty without recurrent networks) and the other predictions (``log_prob``,
+        ``value``, where it has them). ``deterministic``: the distribution's mode, as evaluation acts."""
+
+    @property
+    @optional
+    def gamma(self) -> float | None:
+        """The discount factor (an on-policy algorithm's is its advantage estimator's)."""
+
+    @property
+    @optional
+    def num_epochs(self) -> int:
+        """Passes over each collected batch (1 for an off-policy learner, which samples its replay)."""
+
+    @property
+    @optional
+    def mini_batch_size(self) -> int:
+        """Frames (or sampled transitions) per gradient step."""
+
+    @property
+    @optional
+    def num_mini_batch(self) -> int:
+        """Gradient steps per epoch of an update."""
+
+    @property
+    @optional
+    def num_test_episodes(self) -> int | None:
+        """Episodes per evaluation (the run's ``eval.episodes``; None for one built outside a run)."""
+
+    @property
+    @optional
+    def start_steps(self) -> int:
+        """Frames of uniformly random actions at the start of the run (0 for on-policy learners)."""
+
+    @property
+    @optional
+    def test_every(self) -> int | None:
+        """Updates between evaluations (from the run's ``eval.every_frames``; 0: only at the end)."""
+
+    @property
+    @optional
+    def update_every(self) -> int:
+        """Frames collected (over all envs) between updates."""
 
 
 class BatchedUpdate(Protocol):

@@ -35,6 +35,9 @@ CONTEXT_NAMES = {
     "device": "the torch device of the run (run.device)",
     "seed": "the run's seed (run.seed)",
     "total_frames": "the run's frame budget (run.total_frames), for schedules",
+    "eval_episodes": "episodes per evaluation (eval.episodes), for algorithms that report it",
+    "eval_every_frames": "frames between evaluations (eval.every_frames; 0: only at the end), for algorithms that "
+                         "report it",
     "frames": "the frame count training starts from (0, or where a resumed run goes on), for loggers",
     "networks": "the algorithm's networks by name (policy, critic...), for losses and for loggers that record weights",
     "settings": "the algorithm's settings (its recipe table, as its config), which a loss takes its defaults from",

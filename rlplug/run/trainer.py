@@ -100,6 +100,7 @@ class Run:
             algorithm = recipe.algorithm.build(
                 observation_spec=env.observation_spec, action_spec=env.action_spec, device=settings.device,
                 seed=settings.seed, total_frames=settings.total_frames, run_dir=run_dir,
+                eval_episodes=recipe.eval.episodes, eval_every_frames=recipe.eval.every_frames,
             )
             if settings.compile:
                 compile_update(algorithm, recipe.algorithm.title)

@@ -73,9 +73,11 @@ def loss_fits(algorithm: str) -> Callable[[Any], str | None]:
     return problem
 
 
-#: The context every algorithm is built with; those in ``CONTEXT_DEFAULTS`` may be left out.
-CONTEXT = ("observation_spec", "action_spec", "device", "total_frames")
-CONTEXT_DEFAULTS = {"device": "cpu"}
+#: The context every algorithm is built with; those in ``CONTEXT_DEFAULTS`` may be left out. The run's ``[eval]``
+#: table (``eval_episodes``, ``eval_every_frames``) is what pytorchrl's ``num_test_episodes`` and ``test_every``
+#: report (:mod:`rlplug.plugins.algorithms.acting`); built outside a run, they are None.
+CONTEXT = ("observation_spec", "action_spec", "device", "total_frames", "eval_episodes", "eval_every_frames")
+CONTEXT_DEFAULTS: dict[str, Any] = {"device": "cpu", "eval_episodes": None, "eval_every_frames": None}
 #: More context for the off-policy family: the replay buffer samples from a generator seeded by ``seed``, and
 #: memory-mapped storage writes its files under ``run_dir``; both have defaults so that code may build one
 #: without a run.

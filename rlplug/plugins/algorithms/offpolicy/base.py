@@ -40,6 +40,7 @@ from torch import nn
 from rlplug.core.training import MetricMean, compile_in_place, summed, updates_stopped
 from rlplug.errors import RlplugWarning, UserError
 from rlplug.networks import is_discrete, observation_key
+from rlplug.plugins.algorithms.acting import OffPolicyActing
 from rlplug.plugins.algorithms.networks import build_network
 from rlplug.plugins.algorithms.offpolicy.config import DQNConfig, OffPolicyConfigs, PolyakTargets, SequencesConfig
 from rlplug.plugins.algorithms.offpolicy.contract import check_loss_contract, check_state_kept, plugin_mistake
@@ -61,7 +62,7 @@ TRANSITION_KEYS = ("observation", "action", ("next", "observation"), ("next", "r
 
 # -- the shared algorithm --------------------------------------------------------------------------------
 
-class OffPolicy:
+class OffPolicy(OffPolicyActing):
     """The shared update; subclasses build their networks (:meth:`build`) and define :meth:`gradient_step`."""
 
     #: "continuous" or "discrete": the actions the algorithm acts in
@@ -72,8 +73,10 @@ class OffPolicy:
     episodes: EpisodeLabels
 
     def __init__(self, config: OffPolicyConfigs, *, observation_spec, action_spec, device: str,
-                 total_frames: int, seed: int = 0, run_dir=None):
+                 total_frames: int, seed: int = 0, run_dir=None, eval_episodes: int | None = None,
+                 eval_every_frames: int | None = None):
         self.config, self.device, self.total_frames = config, device, total_frames
+        self.eval_episodes, self.eval_every_frames = eval_episodes, eval_every_frames
         self.observation_spec, self.action_spec = observation_spec, action_spec
         self.check_actions(action_spec)
         self.observation_key = observation_key(observation_spec)

@@ -44,18 +44,22 @@ from rlplug.core.training import (
 )
 from rlplug.errors import UserError
 from rlplug.networks import share_body
+from rlplug.plugins.algorithms.acting import OnPolicyActing
 from rlplug.plugins.algorithms.networks import build_network
 from rlplug.plugins.algorithms.onpolicy.config import OnPolicyConfig
 from rlplug.registry import protocols
 
 
-class OnPolicy:
+class OnPolicy(OnPolicyActing):
     """The shared update; subclasses replace :meth:`policy_loss` and may adapt after each minibatch."""
 
     uses_critic = True
 
-    def __init__(self, config: OnPolicyConfig, *, observation_spec, action_spec, device: str, total_frames: int):
+    def __init__(self, config: OnPolicyConfig, *, observation_spec, action_spec, device: str, total_frames: int,
+                 eval_episodes: int | None = None, eval_every_frames: int | None = None):
         self.config, self.device, self.total_frames = config, device, total_frames
+        self.observation_spec, self.action_spec = observation_spec, action_spec
+        self.eval_episodes, self.eval_every_frames = eval_episodes, eval_every_frames
         self.frames_per_batch = config.frames_per_batch
         self.schedule, self.minibatch_size = config.schedule(), config.minibatch_length()
         specs = {"observation_spec": observation_spec, "action_spec": action_spec, "device": device}
