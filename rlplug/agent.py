@@ -31,7 +31,7 @@ from rlplug.registry import protocols
 from rlplug.run import start
 from rlplug.run.batched import BatchedRun
 from rlplug.run.directory import default_run_dir
-from rlplug.run.evaluation import build_eval_env, evaluate
+from rlplug.run.evaluation import borrowed_eval_env, build_eval_env, check_eval_env, evaluate
 from rlplug.run.seeds import SeedRuns
 from rlplug.run.trainer import Run
 
@@ -87,8 +87,36 @@ class Agent:
         return cls(run)
 
     def train(self, max_frames: int | None = None, max_episodes: int | None = None, max_iters: int | None = None,
-              eval_every: int | None = None) -> dict[str, Any]:
-        """Train on; stops at the recipe's ``total_frames`` or the first limit given. Returns the summary."""
+              eval_every: int | None = None, *, log_every_frames: int | None = None,
+              eval_env: Mapping[str, Any] | protocols.Env | None = None) -> dict[str, Any]:
+        """Train on; stops at the recipe's ``total_frames`` or the first limit given. Returns the summary.
+
+        From this call on: ``log_every_frames``, the loggers get a row every this many frames (the recipe's
+        ``run.log_every_frames``); ``eval_env``, evaluations run on another env, an env table (``{"use": "gym",
+        "id": "CartPole-v1", "max_episode_steps": 200}``, the recipe's ``[eval.env]``) or a built env (a TorchRL
+        ``EnvBase``, left open for the caller). Tables and numbers are validated as the recipe is, and recorded in
+        it (checkpoints and ``resume`` keep them)."""
+        changes: dict[str, Any] = {}
+        if log_every_frames is not None:
+            changes["run.log_every_frames"] = log_every_frames
+        if isinstance(eval_env, Mapping):
+            changes["eval.env"] = dict(eval_env)
+        if changes:
+            data = self.run.recipe.resolved()
+            for key, value in changes.items():
+                recipes.set_value(data, key, copy.deepcopy(value), file="Agent.train")
+            recipe = recipes.validate(data, file="Agent.train")
+            if "eval.env" in changes:
+                env = build_eval_env(recipe)
+                try:
+                    check_eval_env(self.run.env, env, "eval_env")
+                except UserError:
+                    env.close()
+                    raise
+                self.run.use_eval_env(env, borrowed=False)
+            self.run.recipe = recipe
+        if eval_env is not None and "eval.env" not in changes:
+            self.run.use_eval_env(borrowed_eval_env(self.run.env, eval_env), borrowed=True)
         return self.run.train(max_frames=max_frames, max_episodes=max_episodes, max_iters=max_iters,
                               eval_every=eval_every)
 
@@ -101,12 +129,13 @@ class Agent:
         if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
             raise UserError(f"evaluate(episodes={episodes!r}): expected a whole number of at least 1")
         recipe = self.run.recipe
-        env = build_eval_env(recipe, episodes)
+        env = self.run.eval_env if self.run.eval_env_borrowed else build_eval_env(recipe, episodes)
         try:
             as_evaluation_env(env, self.run.env_statistics())
             return evaluate(env, self.run.algorithm.policy, episodes, seed=recipe.run.seed + EVAL_SEED_OFFSET)
         finally:
-            env.close()
+            if not self.run.eval_env_borrowed:
+                env.close()
 
     @torch.no_grad()
     def act(self, observation: TensorDictBase, deterministic: bool = True) -> TensorDictBase:

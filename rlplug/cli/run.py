@@ -36,7 +36,8 @@ def add_commands(subparsers) -> None:
     resume.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run directory")
     resume.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="change what trained weights allow: run.total_frames, run.checkpoint_every_frames, "
-                             "run.keep_checkpoints, run.num_threads, run.compile, eval.*, loggers, runner (repeatable)")
+                             "run.keep_checkpoints, run.num_threads, run.compile, run.log_every_frames, eval.*, "
+                             "loggers, runner (repeatable)")
     add_unverified_option(resume)
     resume.set_defaults(handler=cmd_resume)
 
