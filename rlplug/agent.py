@@ -32,6 +32,7 @@ from rlplug.run import start
 from rlplug.run.batched import BatchedRun
 from rlplug.run.directory import default_run_dir
 from rlplug.run.evaluation import borrowed_eval_env, build_eval_env, check_eval_env, evaluate
+from rlplug.run.init_from import Source
 from rlplug.run.seeds import SeedRuns
 from rlplug.run.trainer import Run
 
@@ -56,13 +57,7 @@ class Agent:
         run --seeds --batched`` trains; refused in one line where the recipe cannot be batched), or, with
         ``batched=False``, one after another (``rlplug run --seeds`` without ``--batched``). Built as ``rlplug
         run`` builds (:func:`rlplug.run.start.build`)."""
-        if isinstance(recipe, Mapping):
-            data, file, name = copy.deepcopy(dict(recipe)), "<recipe dict>", Path("recipe")
-        else:
-            name = Path(recipe)
-            data, file = recipes.read_toml(name), str(name)
-        for key, value in flatten(overrides).items():
-            recipes.set_value(data, key, value, file=file)
+        data, file, name = recipe_data(recipe, overrides)
         run_dir = Path(out) if out else default_run_dir(name)
         if seeds is None:
             if batched:
@@ -77,6 +72,20 @@ class Agent:
             recipe_by_seed[seed] = recipes.validate(copy.deepcopy(data), file=file)
         together = True if batched is None else batched  # the documented default: seeds= trains together
         return SeedAgents(start.build(recipe_by_seed, run_dir, batched=together, file=file))
+
+    @classmethod
+    def from_run(cls, source: str | Path, *, recipe: str | Path | Mapping[str, Any] | None = None,
+                 out: str | Path | None = None, init_optimiser: bool = False, allow_unverified: bool = False,
+                 **overrides: Any) -> Agent:
+        """A new run in ``out`` that starts from the weights of ``source`` (a run directory's latest checkpoint,
+        or a checkpoint file such as ``best.pt``), as ``rlplug run RECIPE --init-from SOURCE`` does: its
+        networks, env normalisation statistics and preprocessor, its optimiser state only with
+        ``init_optimiser=True``, frames from 0. ``recipe`` (default: the source's own) and ``overrides`` as
+        :meth:`from_recipe` takes them; networks of other shapes, or another algorithm, are refused in one line."""
+        start_at = Source.read(source, optimiser=init_optimiser, allow_unverified=allow_unverified)
+        data, file, name = recipe_data(start_at.state["recipe"] if recipe is None else recipe, overrides)
+        run_dir = Path(out) if out else default_run_dir(name if recipe is not None else Path(source))
+        return cls(start.build(recipes.validate(data, file=file), run_dir, file=file, init_from=start_at))
 
     @classmethod
     def load(cls, path: str | Path, *, out: str | Path | None = None, allow_unverified: bool = False) -> Agent:
@@ -181,6 +190,19 @@ class Agent:
         """Close the envs (their worker processes, with ``env.vectorization = "async"``) and give up the run
         directory; the agent is not used afterwards."""
         self.run.close()
+
+
+def recipe_data(recipe: str | Path | Mapping[str, Any], overrides: Mapping[str, Any]) -> tuple[dict, str, Path]:
+    """A recipe file's or dict's tables with ``overrides`` set (dotted keys or tables), the name its errors
+    give, and the name a default run directory takes."""
+    if isinstance(recipe, Mapping):
+        data, file, name = copy.deepcopy(dict(recipe)), "<recipe dict>", Path("recipe")
+    else:
+        name = Path(recipe)
+        data, file = recipes.read_toml(name), str(name)
+    for key, value in flatten(overrides).items():
+        recipes.set_value(data, key, value, file=file)
+    return data, file, name
 
 
 def observation_batch(observation_spec, observation) -> tuple[torch.Tensor | TensorDict, bool]:

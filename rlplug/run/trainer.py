@@ -76,6 +76,8 @@ class Run:
     _recipe_on_disk: dict | None = field(default=None, repr=False)
     #: whether :attr:`eval_env` is the caller's (``Agent.train(eval_env=...)``), left open by :meth:`close`
     eval_env_borrowed: bool = field(default=False, repr=False)
+    #: the checkpoint this run started from (``--init-from``), kept in its summary and checkpoints
+    init_from: dict[str, Any] | None = None
 
     @classmethod
     def build(cls, recipe: Recipe, run_dir: Path, *, resuming: bool = False) -> Run:
@@ -366,6 +368,7 @@ class Run:
             "eval_return_std": float(np.std(returns)) if returns else None,
             "train_return_recent": self.collector.tracker.recent_return(),
             "wall_time_s": round(self.train_seconds, 3), "seed": self.recipe.run.seed, "run_dir": str(self.run_dir),
+            **({"init_from": self.init_from} if self.init_from else {}),
         }
 
     def evaluate(self, loggers: Sequence[Any] = ()) -> list[float]:
@@ -402,7 +405,8 @@ class Run:
                        "env": self.env_statistics(),
                        "frames": self.frames, "iterations": self.iterations,
                        "episodes": self.collector.tracker.episodes, "train_seconds": self.train_seconds,
-                       "rng": rng_state(), "saved_at": datetime.now(UTC).isoformat()})
+                       "rng": rng_state(), "saved_at": datetime.now(UTC).isoformat(),
+                       **({"init_from": self.init_from} if self.init_from else {})})
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a checkpoint: the same parameters, optimiser, statistics, counters and random
@@ -410,15 +414,20 @@ class Run:
         self.algorithm.load_state_dict(state["algorithm"])
         self.collector.sync_weights()  # workers elsewhere act with the loaded weights from their next rollout
         if state.get("env"):
-            self.env.load_statistics(state["env"])
-            load = capability(self.collector, protocols.Collector.load_statistics)
-            if load:
-                load(state["env"])
+            self.load_env_statistics(state["env"])
+        self.init_from = state.get("init_from")
         self.frames, self.iterations = state["frames"], state["iterations"]
         self.collector.tracker.episodes = state["episodes"]
         self.train_seconds = state.get("train_seconds", 0.0)
         set_rng_state(state["rng"])
         self.collector.restart(seed=episode_seed(self.recipe.run.seed, self.frames))
+
+    def load_env_statistics(self, statistics: dict[str, Any]) -> None:
+        """The training envs' statistics, the collector's too where its envs live elsewhere."""
+        self.env.load_statistics(statistics)
+        load = capability(self.collector, protocols.Collector.load_statistics)
+        if load:
+            load(statistics)
 
     def save_checkpoint(self, path: Path) -> None:
         write_atomically(path, self.checkpoint_bytes())
