@@ -13,6 +13,7 @@ from rlplug.core.collect import road_for
 from rlplug.core.env_members import env_capability, env_statistics
 from rlplug.core.envs import build_env
 from rlplug.core.episodes import EpisodeTracker
+from rlplug.core.heads import observation_key
 from rlplug.core.rollout import rollout
 from rlplug.errors import UserError
 from rlplug.plugins.envs import MANY_ENVS
@@ -28,26 +29,35 @@ def build_eval_env(recipe: Recipe, episodes: int | None = None) -> EnvBase:
     return build_env((recipe.eval.env or recipe.env).with_copies(copies), device=recipe.run.device)
 
 
-def leaf_specs(spec, batch_dims: int) -> dict[str, tuple[list[int], Any]]:
-    """Each entry of ``spec`` (a TorchRL spec, composite or not) by name: its shape without the env's batch
+def leaf_specs(env, kind: str) -> dict[str, tuple[list[int], Any]]:
+    """What the policy reads of ``env`` (``kind`` "observation": the entry networks read, see
+    :func:`observation_key`) or writes (``kind`` "action"), by entry name: each shape without the env's batch
     dimensions, and its dtype."""
+    dims = len(env.batch_size)
+    if kind == "action":
+        return {"action": (list(env.action_spec.shape[dims:]), env.action_spec.dtype)}
+    key = observation_key(env.observation_spec)
+    spec = env.observation_spec[key]
     if not hasattr(spec, "keys"):
-        return {"action": (list(spec.shape[batch_dims:]), spec.dtype)}
-    return {".".join((key,) if isinstance(key, str) else key): (list(leaf.shape[batch_dims:]), leaf.dtype)
-            for key, leaf in spec.items(True, True)}
+        return {key: (list(spec.shape[dims:]), spec.dtype)}
+    return {".".join((key, name) if isinstance(name, str) else (key, *name)): (list(leaf.shape[dims:]), leaf.dtype)
+            for name, leaf in spec.items(True, True)}
 
 
 def check_eval_env(train_env, eval_env, what: str) -> None:
     """A ``UserError`` naming the first observation or action entry where ``eval_env`` (called ``what``) differs
     from the training env: the policy could not act there, nor the training env's statistics apply."""
-    for kind in ("observation_spec", "action_spec"):
-        trained = leaf_specs(getattr(train_env, kind), len(train_env.batch_size))
-        evaluated = leaf_specs(getattr(eval_env, kind), len(eval_env.batch_size))
+    for kind in ("observation", "action"):
+        trained = leaf_specs(train_env, kind)
+        try:
+            evaluated = leaf_specs(eval_env, kind)
+        except ValueError as error:  # no single observation entry
+            raise UserError(str(error), path=what) from None
         for name in sorted(set(trained) | set(evaluated)):
             if trained.get(name) != evaluated.get(name):
                 shown = [f"{shape} {dtype}" if shape is not None else "none"
                          for shape, dtype in (trained.get(name, (None, None)), evaluated.get(name, (None, None)))]
-                raise UserError(f"its {kind.removesuffix('_spec')} entry '{name}' is {shown[1]}, the training "
+                raise UserError(f"its {kind} entry '{name}' is {shown[1]}, the training "
                                 f"env's is {shown[0]}; an eval env must take the policy's observations and actions "
                                 f"(another max_episode_steps or kwargs, not another task)", path=what)
 
