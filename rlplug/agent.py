@@ -84,6 +84,7 @@ class Agent:
         :meth:`from_recipe` takes them; networks of other shapes, or another algorithm, are refused in one line."""
         start_at = Source.read(source, optimiser=init_optimiser, allow_unverified=allow_unverified)
         data, file, name = recipe_data(start_at.state["recipe"] if recipe is None else recipe, overrides)
+        file = str(start_at.path) if recipe is None else file
         run_dir = Path(out) if out else default_run_dir(name if recipe is not None else Path(source))
         return cls(start.build(recipes.validate(data, file=file), run_dir, file=file, init_from=start_at))
 

@@ -62,6 +62,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.init_from is None and (args.init_optimiser or args.allow_unverified):
         flag = "--init-optimiser" if args.init_optimiser else "--allow-unverified"
         raise UserError(f"{flag} is about the checkpoint of --init-from; give --init-from SOURCE too")
+    if args.init_from is not None and args.seeds is not None:
+        raise UserError("--init-from starts one run from a checkpoint; it does not take --seeds (start each seed "
+                        "with its own --set run.seed=N --init-from ...)")
     if args.seeds is None:
         recipe = recipes.load(args.recipe, args.overrides)
         chosen: recipes.Recipe | dict[int, recipes.Recipe] = recipe

@@ -84,7 +84,7 @@ def start_from(run, source: Source) -> None:
     ours, theirs = run.algorithm.state_dict(), source.state["algorithm"]
     own = RUN_OWN + (() if source.optimiser else OPTIMISER)
     taken = [key for key in ours if key not in own]
-    problem = mismatch(ours, theirs, taken)
+    problem = mismatch(ours, theirs, [key for key in taken if key not in OPTIMISER])  # optimisers follow networks
     if problem:
         raise UserError(f"--init-from {source.path}: {problem}; start from a run of this recipe's networks")
     statistics, current = source.state["env"], run.env_statistics()

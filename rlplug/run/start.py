@@ -45,9 +45,7 @@ def build(recipes: Recipe | Mapping[int, Recipe], out: Path, *, batched: bool = 
     measured to; ``file``: the recipe's file, named by a refusal of what it asks; ``init_from``: the checkpoint
     one run starts from (:mod:`rlplug.run.init_from`)."""
     if not isinstance(recipes, Recipe):
-        if init_from is not None:
-            raise UserError("--init-from starts one run from a checkpoint; it does not take --seeds (start each seed "
-                            "with its own --set run.seed=N --init-from ...)")
+        assert init_from is None, "init_from starts one run"  # rlplug run refuses --init-from with --seeds
         check_run_dir(out)
     try:
         if isinstance(recipes, Recipe):
