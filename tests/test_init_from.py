@@ -7,8 +7,9 @@ import json
 
 import pytest
 import torch
-from conftest import CANONICAL, ROOT, one_line_error, run_cli
 from tensordict import TensorDict
+
+from conftest import CANONICAL, ROOT, one_line_error, run_cli
 
 pytestmark = pytest.mark.slow  # every test trains a source run first, or starts the command line
 
