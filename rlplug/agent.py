@@ -31,7 +31,8 @@ from rlplug.registry import protocols
 from rlplug.run import start
 from rlplug.run.batched import BatchedRun
 from rlplug.run.directory import default_run_dir
-from rlplug.run.evaluation import build_eval_env, evaluate
+from rlplug.run.evaluation import borrowed_eval_env, build_eval_env, check_eval_env, evaluate
+from rlplug.run.init_from import Source
 from rlplug.run.seeds import SeedRuns
 from rlplug.run.trainer import Run
 
@@ -56,13 +57,7 @@ class Agent:
         run --seeds --batched`` trains; refused in one line where the recipe cannot be batched), or, with
         ``batched=False``, one after another (``rlplug run --seeds`` without ``--batched``). Built as ``rlplug
         run`` builds (:func:`rlplug.run.start.build`)."""
-        if isinstance(recipe, Mapping):
-            data, file, name = copy.deepcopy(dict(recipe)), "<recipe dict>", Path("recipe")
-        else:
-            name = Path(recipe)
-            data, file = recipes.read_toml(name), str(name)
-        for key, value in flatten(overrides).items():
-            recipes.set_value(data, key, value, file=file)
+        data, file, name = recipe_data(recipe, overrides)
         run_dir = Path(out) if out else default_run_dir(name)
         if seeds is None:
             if batched:
@@ -79,6 +74,21 @@ class Agent:
         return SeedAgents(start.build(recipe_by_seed, run_dir, batched=together, file=file))
 
     @classmethod
+    def from_run(cls, source: str | Path, *, recipe: str | Path | Mapping[str, Any] | None = None,
+                 out: str | Path | None = None, init_optimiser: bool = False, allow_unverified: bool = False,
+                 **overrides: Any) -> Agent:
+        """A new run in ``out`` that starts from the weights of ``source`` (a run directory's latest checkpoint,
+        or a checkpoint file such as ``best.pt``), as ``rlplug run RECIPE --init-from SOURCE`` does: its
+        networks, env normalisation statistics and preprocessor, its optimiser state only with
+        ``init_optimiser=True``, frames from 0. ``recipe`` (default: the source's own) and ``overrides`` as
+        :meth:`from_recipe` takes them; networks of other shapes, or another algorithm, are refused in one line."""
+        start_at = Source.read(source, optimiser=init_optimiser, allow_unverified=allow_unverified)
+        data, file, name = recipe_data(start_at.state["recipe"] if recipe is None else recipe, overrides)
+        file = str(start_at.path) if recipe is None else file
+        run_dir = Path(out) if out else default_run_dir(name if recipe is not None else Path(source))
+        return cls(start.build(recipes.validate(data, file=file), run_dir, file=file, init_from=start_at))
+
+    @classmethod
     def load(cls, path: str | Path, *, out: str | Path | None = None, allow_unverified: bool = False) -> Agent:
         """An agent from a checkpoint written by :meth:`save` (or a run's ``checkpoint.pt``); one written before
         checkpoints carried a digest only with ``allow_unverified=True`` (nothing can check its data)."""
@@ -87,8 +97,36 @@ class Agent:
         return cls(run)
 
     def train(self, max_frames: int | None = None, max_episodes: int | None = None, max_iters: int | None = None,
-              eval_every: int | None = None) -> dict[str, Any]:
-        """Train on; stops at the recipe's ``total_frames`` or the first limit given. Returns the summary."""
+              eval_every: int | None = None, *, log_every_frames: int | None = None,
+              eval_env: Mapping[str, Any] | protocols.Env | None = None) -> dict[str, Any]:
+        """Train on; stops at the recipe's ``total_frames`` or the first limit given. Returns the summary.
+
+        From this call on: ``log_every_frames``, the loggers get a row every this many frames (the recipe's
+        ``run.log_every_frames``); ``eval_env``, evaluations run on another env, an env table (``{"use": "gym",
+        "id": "CartPole-v1", "max_episode_steps": 200}``, the recipe's ``[eval.env]``) or a built env (a TorchRL
+        ``EnvBase``, left open for the caller). Tables and numbers are validated as the recipe is, and recorded in
+        it (checkpoints and ``resume`` keep them)."""
+        changes: dict[str, Any] = {}
+        if log_every_frames is not None:
+            changes["run.log_every_frames"] = log_every_frames
+        if isinstance(eval_env, Mapping):
+            changes["eval.env"] = dict(eval_env)
+        if changes:
+            data = self.run.recipe.resolved()
+            for key, value in changes.items():
+                recipes.set_value(data, key, copy.deepcopy(value), file="Agent.train")
+            recipe = recipes.validate(data, file="Agent.train")
+            if "eval.env" in changes:
+                env = build_eval_env(recipe)
+                try:
+                    check_eval_env(self.run.env, env, "eval_env")
+                except UserError:
+                    env.close()
+                    raise
+                self.run.use_eval_env(env, borrowed=False)
+            self.run.recipe = recipe
+        if eval_env is not None and "eval.env" not in changes:
+            self.run.use_eval_env(borrowed_eval_env(self.run.env, eval_env), borrowed=True)
         return self.run.train(max_frames=max_frames, max_episodes=max_episodes, max_iters=max_iters,
                               eval_every=eval_every)
 
@@ -101,12 +139,13 @@ class Agent:
         if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
             raise UserError(f"evaluate(episodes={episodes!r}): expected a whole number of at least 1")
         recipe = self.run.recipe
-        env = build_eval_env(recipe, episodes)
+        env = self.run.eval_env if self.run.eval_env_borrowed else build_eval_env(recipe, episodes)
         try:
             as_evaluation_env(env, self.run.env_statistics())
             return evaluate(env, self.run.algorithm.policy, episodes, seed=recipe.run.seed + EVAL_SEED_OFFSET)
         finally:
-            env.close()
+            if not self.run.eval_env_borrowed:
+                env.close()
 
     @torch.no_grad()
     def act(self, observation: TensorDictBase, deterministic: bool = True) -> TensorDictBase:
@@ -157,6 +196,19 @@ class Agent:
         """Close the envs (their worker processes, with ``env.vectorization = "async"``) and give up the run
         directory; the agent is not used afterwards."""
         self.run.close()
+
+
+def recipe_data(recipe: str | Path | Mapping[str, Any], overrides: Mapping[str, Any]) -> tuple[dict, str, Path]:
+    """A recipe file's or dict's tables with ``overrides`` set (dotted keys or tables), the name its errors
+    give, and the name a default run directory takes."""
+    if isinstance(recipe, Mapping):
+        data, file, name = copy.deepcopy(dict(recipe)), "<recipe dict>", Path("recipe")
+    else:
+        name = Path(recipe)
+        data, file = recipes.read_toml(name), str(name)
+    for key, value in flatten(overrides).items():
+        recipes.set_value(data, key, value, file=file)
+    return data, file, name
 
 
 def observation_batch(observation_spec, observation) -> tuple[torch.Tensor | TensorDict, bool]:

@@ -98,6 +98,8 @@ class RunSettings:
     checkpoint_every_frames: Annotated[int, Range(ge=0)] = 100_000
     #: how many periodic checkpoints to keep in checkpoints/ (checkpoint.pt is always the latest)
     keep_checkpoints: Annotated[int, Range(ge=1)] = 3
+    #: give the loggers a row of training metrics (the latest update's) every this many frames; 0: one per update
+    log_every_frames: Annotated[int, Range(ge=0)] = 0
 
 
 #: Evaluation episodes start from seeds ``run.seed + EVAL_SEED_OFFSET + i``: apart from the training envs' seeds,
@@ -114,6 +116,9 @@ class EvalSettings:
     #: film one evaluation episode at each evaluation to videos/frames-N.mp4, handed to loggers that take
     #: videos (wandb, tensorboard); needs rlplug[video] and an env that renders rgb_array frames
     video: bool = False
+    #: the env evaluations run on, validated as [env] is (another max_episode_steps, say); unset: [env] itself.
+    #: Its observations and actions must be the training env's, whose normalisation statistics it gets (frozen)
+    env: Env | None = None
 
 
 def default_loggers() -> list[Any]:
@@ -137,7 +142,8 @@ class Recipe:
         from rlplug.version import __version__
 
         tables = {
-            "run": vars(self.run), "eval": vars(self.eval), "env": self.env.resolved(),
+            "run": vars(self.run), "eval": {**vars(self.eval), "env": self.eval.env and self.eval.env.resolved()},
+            "env": self.env.resolved(),
             "algorithm": self.algorithm.resolved(), "loggers": [logger.resolved() for logger in self.loggers],
             "runner": self.runner.resolved(),
         }
@@ -149,7 +155,8 @@ class Recipe:
         """``(dotted path, component)`` for every component in the recipe, nested ones included."""
         from rlplug.registry.components import Component
 
-        queue = [("env", self.env), ("algorithm", self.algorithm),
+        evaluated = [("eval.env", self.eval.env)] if self.eval.env else []
+        queue = [("env", self.env), *evaluated, ("algorithm", self.algorithm),
                  *((f"loggers[{i}]", logger) for i, logger in enumerate(self.loggers)), ("runner", self.runner)]
         while queue:
             path, component = queue.pop(0)

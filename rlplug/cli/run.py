@@ -30,13 +30,21 @@ def add_commands(subparsers) -> None:
     run.add_argument("--gap-threshold", type=float, metavar="RETURN",
                      help="with --seeds: the return the optimality gap is measured to (default: the env's "
                           "reward_threshold in gymnasium's registry, e.g. 475 for CartPole-v1)")
+    run.add_argument("--init-from", type=Path, metavar="SOURCE",
+                     help="start from the weights of a run directory's latest checkpoint, or of a checkpoint file "
+                          "(best.pt, checkpoints/frames-N.pt): networks, env normalisation statistics, "
+                          "preprocessor; a new run with its own frame count")
+    run.add_argument("--init-optimiser", action="store_true",
+                     help="with --init-from: take the checkpoint's optimiser state too (default: a fresh optimiser)")
+    add_unverified_option(run)
     run.set_defaults(handler=cmd_run)
 
     resume = subparsers.add_parser("resume", help="continue a run from its latest checkpoint")
     resume.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run directory")
     resume.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="change what trained weights allow: run.total_frames, run.checkpoint_every_frames, "
-                             "run.keep_checkpoints, run.num_threads, run.compile, eval.*, loggers, runner (repeatable)")
+                             "run.keep_checkpoints, run.num_threads, run.compile, run.log_every_frames, eval.*, "
+                             "loggers, runner (repeatable)")
     add_unverified_option(resume)
     resume.set_defaults(handler=cmd_resume)
 
@@ -51,6 +59,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UserError("--gap-threshold sets the optimality gap of the aggregate over seeds; give --seeds too")
     if args.batched and args.seeds is None:
         raise UserError("--batched trains the seeds of --seeds together; give --seeds too (e.g. --seeds 0-7)")
+    if args.init_from is None and (args.init_optimiser or args.allow_unverified):
+        flag = "--init-optimiser" if args.init_optimiser else "--allow-unverified"
+        raise UserError(f"{flag} is about the checkpoint of --init-from; give --init-from SOURCE too")
+    if args.init_from is not None and args.seeds is not None:
+        raise UserError("--init-from starts one run from a checkpoint; it does not take --seeds (start each seed "
+                        "with its own --set run.seed=N --init-from ...)")
     if args.seeds is None:
         recipe = recipes.load(args.recipe, args.overrides)
         chosen: recipes.Recipe | dict[int, recipes.Recipe] = recipe
@@ -63,10 +77,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     with long_lived_objects():
         with hidden_from_torchrl(packages_torchrl_need_not_load(recipe)):
             from rlplug.run.directory import default_run_dir
+            from rlplug.run.init_from import Source
             from rlplug.run.start import build, train_to_end  # heavy imports only once the recipe is known good
 
+        source = None if args.init_from is None else \
+            Source.read(args.init_from, optimiser=args.init_optimiser, allow_unverified=args.allow_unverified)
         target = build(chosen, args.out or default_run_dir(args.recipe), batched=args.batched,
-                       gap_threshold=args.gap_threshold, file=str(args.recipe))
+                       gap_threshold=args.gap_threshold, file=str(args.recipe), init_from=source)
     return train_to_end(target)
 
 

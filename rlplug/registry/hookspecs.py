@@ -67,7 +67,7 @@ def rlplug_register_loggers(register):
     """Register logger factories; each returns an object with ``log(metrics, frames)`` and
     ``close(summary)``, and optionally ``log_video(path, frames)`` (:class:`~rlplug.registry.protocols.Logger`).
 
-    Context: ``run_dir``, ``total_frames``, ``frames``, ``networks``.
+    Context: ``run_dir``, ``total_frames``, ``frames``, ``networks``, ``log_every_frames``.
     """
 
 
@@ -174,7 +174,7 @@ CONTEXT = {
     "algorithm": ("observation_spec", "action_spec", "device", "seed", "total_frames", "run_dir", "eval_episodes",
                   "eval_every_frames"),
     "estimator": (),
-    "logger": ("run_dir", "total_frames", "frames", "networks"),
+    "logger": ("run_dir", "total_frames", "frames", "networks", "log_every_frames"),
     "network": ("observation_spec", "action_spec", "role", "device"),
     "replay_buffer": ("device", "seed", "run_dir", "total_frames"),
     "noise": ("action_spec", "device", "total_frames"),

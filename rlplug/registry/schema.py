@@ -42,6 +42,8 @@ CONTEXT_NAMES = {
     "networks": "the algorithm's networks by name (policy, critic...), for losses and for loggers that record weights",
     "settings": "the algorithm's settings (its recipe table, as its config), which a loss takes its defaults from",
     "run_dir": "the run directory (a pathlib.Path), for loggers that write files",
+    "log_every_frames": "run.log_every_frames: a row of metrics comes every this many frames (0: after every "
+                        "update), for loggers that print each row",
 }
 
 REQUIRED = inspect.Parameter.empty

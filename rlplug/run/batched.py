@@ -271,20 +271,23 @@ class BatchedRun:
         settings = self.recipe.run
         for run in self.training:
             self.loggers[id(run)] = [logger.build(run_dir=run.run_dir, total_frames=settings.total_frames,
-                                                  frames=run.frames, networks=run.networks())
+                                                  frames=run.frames, networks=run.networks(),
+                                                  log_every_frames=settings.log_every_frames)
                                      for logger in self.recipe.loggers
                                      if logger.spec.qualified_name not in SHARED_LOGGERS]
         self.shared = [logger.build(run_dir=self.out, total_frames=settings.total_frames, frames=self.frames,
-                                    networks={})
+                                    networks={}, log_every_frames=settings.log_every_frames)
                        for logger in self.recipe.loggers if logger.spec.qualified_name in SHARED_LOGGERS]
 
     def iterate(self, started: float, frames_before: int) -> None:
         """One collection and one update for every active seed; a seed whose numbers broke leaves."""
         batches = self.collector.collect()
+        previous = self.active[0].frames
         for run, batch in zip(self.active, batches):
             run.frames += batch.numel()
             run.iterations += 1
         frames = self.active[0].frames
+        due = schedule.log_due(previous, frames, self.recipe.run.log_every_frames)
         results = self.together.update(batches)
         finite = self.together.finite()
         fps = (frames - frames_before) / (time.perf_counter() - started)
@@ -301,10 +304,10 @@ class BatchedRun:
             recent = tracker.recent_return()
             metrics = {"fps": fps, "episodes": tracker.episodes,
                        **({"episode_return": recent} if recent is not None else {}), **metrics}
-            for logger in self.loggers[id(run)]:
+            for logger in self.loggers[id(run)] if due else ():
                 logger.log(metrics, frames)
             logged.append(metrics)
-        if logged:
+        if logged and due:
             means = {key: float(np.mean([m[key] for m in logged if key in m])) for key in logged[0]}
             for logger in self.shared:
                 logger.log({**means, "fps": fps * len(logged)}, frames)

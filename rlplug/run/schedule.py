@@ -66,6 +66,12 @@ def next_multiple(frames: int, every: int) -> int | None:
     return (frames // every + 1) * every if every else None
 
 
+def log_due(previous: int, frames: int, every: int) -> bool:
+    """Whether an update that took the run from ``previous`` to ``frames`` gives the loggers a row: every update
+    when ``every`` (``run.log_every_frames``) is 0, else the one that reached the next multiple of ``every``."""
+    return not every or frames // every > previous // every
+
+
 def episode_seed(seed: int, frames: int) -> int:
     """The seed every env restarts from at a checkpoint taken at ``frames``: a resumed run uses the same."""
     return (seed * 1_000_003 + frames) % 2**31

@@ -16,6 +16,7 @@ from rlplug.errors import UserError
 from rlplug.recipe import Recipe
 from rlplug.run.batched import BatchedRun
 from rlplug.run.directory import BATCHED_MARKER, check_run_dir, remedy
+from rlplug.run.init_from import Source, start_from
 from rlplug.run.seeds import SeedRuns, final_return, write_aggregate
 from rlplug.run.trainer import Run
 
@@ -28,25 +29,27 @@ SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}
 
 @overload
 def build(recipes: Recipe, out: Path, *, batched: bool = ..., gap_threshold: float | None = ...,
-          file: str | None = ...) -> Run: ...
+          file: str | None = ..., init_from: Source | None = ...) -> Run: ...
 
 
 @overload
 def build(recipes: Mapping[int, Recipe], out: Path, *, batched: bool = ..., gap_threshold: float | None = ...,
-          file: str | None = ...) -> BatchedRun | SeedRuns: ...
+          file: str | None = ..., init_from: Source | None = ...) -> BatchedRun | SeedRuns: ...
 
 
 def build(recipes: Recipe | Mapping[int, Recipe], out: Path, *, batched: bool = False,
-          gap_threshold: float | None = None, file: str | None = None) -> Trainable:
+          gap_threshold: float | None = None, file: str | None = None, init_from: Source | None = None) -> Trainable:
     """One validated recipe built into ``out``; or recipes by seed (each with its ``run.seed``), one run per seed
     under ``out/seed-N`` (``out`` new or empty), trained together when ``batched`` (refused in one line where
     they cannot be), else one after another. ``gap_threshold``: the return the aggregate's optimality gap is
-    measured to; ``file``: the recipe's file, named by a refusal of what it asks."""
+    measured to; ``file``: the recipe's file, named by a refusal of what it asks; ``init_from``: the checkpoint
+    one run starts from (:mod:`rlplug.run.init_from`)."""
     if not isinstance(recipes, Recipe):
+        assert init_from is None, "init_from starts one run"  # rlplug run refuses --init-from with --seeds
         check_run_dir(out)
     try:
         if isinstance(recipes, Recipe):
-            return Run.build(recipes, out)
+            return started_from(recipes, out, init_from) if init_from else Run.build(recipes, out)
         if batched:
             together = BatchedRun.build(list(recipes.values()), out, {"gap_threshold": gap_threshold})
             together.gap_threshold = gap_threshold
@@ -54,6 +57,22 @@ def build(recipes: Recipe | Mapping[int, Recipe], out: Path, *, batched: bool = 
     except UserError as error:
         raise error.located(file=file) from None
     return SeedRuns(dict(recipes), out, gap_threshold)
+
+
+def started_from(recipe: Recipe, out: Path, source: Source) -> Run:
+    """A new run of ``recipe`` in ``out`` that starts from ``source``'s weights, saying so; refused before the
+    directory exists where the checkpoint alone tells, and the directory removed again where the networks differ."""
+    source.check_algorithm(recipe)
+    run = Run.build(recipe, out)
+    try:
+        start_from(run, source)
+    except BaseException:
+        run.close(abandon=True)
+        raise
+    optimiser = "its optimiser state" if source.optimiser else "a fresh optimiser"
+    print(f"starting from the weights of {source.path} (frame {source.state['frames']} of its run), with "
+          f"{optimiser}, at frame 0", flush=True)
+    return run
 
 
 def reopen(run_dir: Path, overrides: Sequence[str] = (), *, allow_unverified: bool = False) -> Trainable | None:

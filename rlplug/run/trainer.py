@@ -39,7 +39,7 @@ from rlplug.registry.protocols import capability, checked_metrics, conform
 from rlplug.run import schedule
 from rlplug.run.checkpoints import check_statistics, load_checkpoint, rng_state, sealed, set_rng_state, tensors_finite
 from rlplug.run.directory import Claim, ensure_writable, write_atomically
-from rlplug.run.evaluation import build_eval_env, evaluate
+from rlplug.run.evaluation import build_eval_env, check_eval_env, evaluate
 from rlplug.run.resuming import resumed_recipe
 from rlplug.run.schedule import TrainingDiverged, episode_seed
 
@@ -74,6 +74,10 @@ class Run:
     _parameter_storages: list | None = field(default=None, repr=False)
     #: the resolved recipe recipe.toml was last seen or written to hold
     _recipe_on_disk: dict | None = field(default=None, repr=False)
+    #: whether :attr:`eval_env` is the caller's (``Agent.train(eval_env=...)``), left open by :meth:`close`
+    eval_env_borrowed: bool = field(default=False, repr=False)
+    #: the checkpoint this run started from (``--init-from``), kept in its summary and checkpoints
+    init_from: dict[str, Any] | None = None
 
     @classmethod
     def build(cls, recipe: Recipe, run_dir: Path, *, resuming: bool = False) -> Run:
@@ -97,6 +101,8 @@ class Run:
             opened.callback(close_env, env)
             eval_env = build_eval_env(recipe)
             opened.callback(close_env, eval_env)
+            if recipe.eval.env is not None:
+                check_eval_env(env, eval_env, "eval.env")
             algorithm = recipe.algorithm.build(
                 observation_spec=env.observation_spec, action_spec=env.action_spec, device=settings.device,
                 seed=settings.seed, total_frames=settings.total_frames, run_dir=run_dir,
@@ -139,16 +145,19 @@ class Run:
         settings = self.recipe.run
         for logger in self.recipe.loggers:  # one at a time: one that fails to start still gets the others closed
             self.loggers.append(logger.build(run_dir=self.run_dir, total_frames=settings.total_frames,
-                                             frames=self.frames, networks=self.networks()))
+                                             frames=self.frames, networks=self.networks(),
+                                             log_every_frames=settings.log_every_frames))
         self.loggers_started = True  # before then (a resume's metrics.csv refused), summary.json stays as it was
 
     def iterate(self, started: float, frames_before: int) -> None:
         tracker = self.collector.tracker
         batch = self.collector.collect()
-        self.frames += batch.numel()
+        previous, self.frames = self.frames, self.frames + batch.numel()
         self.iterations += 1
         metrics = self.guarded_update(batch)
         self.collector.sync_weights()
+        if not schedule.log_due(previous, self.frames, self.recipe.run.log_every_frames):
+            return
         recent = tracker.recent_return()
         runner_metrics = capability(self.collector, protocols.Collector.metrics)
         metrics = {"fps": (self.frames - frames_before) / (time.perf_counter() - started),
@@ -265,10 +274,16 @@ class Run:
         try:
             self.collector.shutdown()
         finally:
-            for env in (self.env, self.eval_env, self.video_env):
+            for env in (self.env, None if self.eval_env_borrowed else self.eval_env, self.video_env):
                 close_env(env)
             if self.claim is not None:  # a Run made by hand holds no claim
                 self.claim.release(abandon=abandon)
+
+    def use_eval_env(self, env: protocols.Env, *, borrowed: bool) -> None:
+        """Evaluate on ``env`` from now on (the one before closed, if this run built it)."""
+        if not self.eval_env_borrowed:
+            close_env(self.eval_env)
+        self.eval_env, self.eval_env_borrowed = env, borrowed
 
     def env_statistics(self) -> dict[str, Any]:
         """The training envs' statistics: the collector's where its envs live elsewhere (ray workers)."""
@@ -354,6 +369,7 @@ class Run:
             "eval_return_std": float(np.std(returns)) if returns else None,
             "train_return_recent": self.collector.tracker.recent_return(),
             "wall_time_s": round(self.train_seconds, 3), "seed": self.recipe.run.seed, "run_dir": str(self.run_dir),
+            **({"init_from": self.init_from} if self.init_from else {}),
         }
 
     def evaluate(self, loggers: Sequence[Any] = ()) -> list[float]:
@@ -390,7 +406,8 @@ class Run:
                        "env": self.env_statistics(),
                        "frames": self.frames, "iterations": self.iterations,
                        "episodes": self.collector.tracker.episodes, "train_seconds": self.train_seconds,
-                       "rng": rng_state(), "saved_at": datetime.now(UTC).isoformat()})
+                       "rng": rng_state(), "saved_at": datetime.now(UTC).isoformat(),
+                       **({"init_from": self.init_from} if self.init_from else {})})
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a checkpoint: the same parameters, optimiser, statistics, counters and random
@@ -398,15 +415,20 @@ class Run:
         self.algorithm.load_state_dict(state["algorithm"])
         self.collector.sync_weights()  # workers elsewhere act with the loaded weights from their next rollout
         if state.get("env"):
-            self.env.load_statistics(state["env"])
-            load = capability(self.collector, protocols.Collector.load_statistics)
-            if load:
-                load(state["env"])
+            self.load_env_statistics(state["env"])
+        self.init_from = state.get("init_from")
         self.frames, self.iterations = state["frames"], state["iterations"]
         self.collector.tracker.episodes = state["episodes"]
         self.train_seconds = state.get("train_seconds", 0.0)
         set_rng_state(state["rng"])
         self.collector.restart(seed=episode_seed(self.recipe.run.seed, self.frames))
+
+    def load_env_statistics(self, statistics: dict[str, Any]) -> None:
+        """The training envs' statistics, the collector's too where its envs live elsewhere."""
+        self.env.load_statistics(statistics)
+        load = capability(self.collector, protocols.Collector.load_statistics)
+        if load:
+            load(statistics)
 
     def save_checkpoint(self, path: Path) -> None:
         write_atomically(path, self.checkpoint_bytes())

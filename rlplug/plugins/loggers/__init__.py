@@ -16,11 +16,13 @@ RUN_FILES = frozenset({"checkpoint.pt", "checkpoints", "summary.json", "recipe.t
 LONGEST_NAME = 255
 
 
-def make_console(total_frames: int, every_seconds: Annotated[float, Range(gt=0)] = 10.0, live: bool | None = None):
-    """Live progress bar on a terminal, plain periodic lines elsewhere, and a final summary."""
+def make_console(total_frames: int, every_seconds: Annotated[float, Range(gt=0)] = 10.0, live: bool | None = None,
+                 log_every_frames: int = 0):
+    """Live progress bar on a terminal, plain periodic lines elsewhere (every ``every_seconds``, or at each row
+    where ``run.log_every_frames`` spaces them), and a final summary."""
     from rlplug.plugins.loggers.builtin import ConsoleLogger
 
-    return ConsoleLogger(total_frames, every_seconds=every_seconds, live=live)
+    return ConsoleLogger(total_frames, every_seconds=every_seconds, live=live, every_row=log_every_frames > 0)
 
 
 def run_file_problem(name: str) -> str | None:

@@ -22,9 +22,12 @@ HEADLINE = {"fps": "frames/s", "episode_return": "return", "eval_return_mean": "
 
 
 class ConsoleLogger:
-    def __init__(self, total_frames: int, *, every_seconds: float = 10.0, live: bool | None = None):
+    def __init__(self, total_frames: int, *, every_seconds: float = 10.0, live: bool | None = None,
+                 every_row: bool = False):
         self.total_frames = total_frames
         self.every_seconds = every_seconds
+        #: a line for every row logged (rows spaced by run.log_every_frames), not every ``every_seconds``
+        self.every_row = every_row
         self.console = Console(highlight=False)
         self.live = self.console.is_terminal if live is None else live
         self.latest: dict[str, float] = {}
@@ -49,7 +52,7 @@ class ConsoleLogger:
             spread = f" +- {metrics['eval_return_std']:.3g}" if "eval_return_std" in metrics else ""
             print(f"frames {frames}/{self.total_frames}  eval return {metrics['eval_return_mean']:.4g}{spread}",
                   flush=True)
-        elif now - self.last_line >= self.every_seconds or frames >= self.total_frames:
+        elif self.every_row or now - self.last_line >= self.every_seconds or frames >= self.total_frames:
             self.last_line = now
             percent = 100.0 * frames / self.total_frames
             print(f"frames {frames}/{self.total_frames} ({percent:.0f}%)  {self.status()}", flush=True)
