@@ -217,8 +217,10 @@ class CrossQConfig(DelayedActorConfig, EntropyConfig):
 
 @dataclass(frozen=True)
 class MPOConfig(PolyakTargets, ActorCriticConfig):
-    """Maximum a posteriori policy optimisation: a Gaussian actor fitted to its critic's softmax-weighted samples
-    within separate KL bounds on its mean and its covariance, one Q-critic, target copies of both."""
+    """Maximum a posteriori policy optimisation: a Gaussian actor fitted to its critic's weighted samples.
+
+    The weights are softmax(Q / temperature) over actions drawn from the target policy; the fit stays within
+    separate KL bounds on the mean and on the covariance. One Q-critic; target copies of it and the actor."""
 
     #: what each gradient step minimises: rlplug's MPO loss (built with these networks)
     loss: MPO_LOSS = named(Loss, "mpo-loss")
