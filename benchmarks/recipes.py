@@ -38,6 +38,8 @@ RECIPES = {
     "cartpole-dqn": (400, "rl-baselines3-zoo DQN, 50k steps: 500.0 +- 0.0"),
     "pendulum-crossq": (-250, "the CrossQ paper evaluates on MuJoCo, not Pendulum; compare pendulum-sac"),
     "pendulum-redq": (-250, "the REDQ paper evaluates on MuJoCo, not Pendulum; compare pendulum-sac"),
+    "pendulum-mpo": (-250, "no zoo entry; the MPO paper evaluates on the DeepMind control suite; compare "
+                           "pendulum-sac"),
 }
 
 

@@ -5,8 +5,8 @@ that imports it when built (so mypy checks the reference and listing stays torch
 - ``onpolicy/``: collect a batch, then learn from it over epochs of minibatches: ``ppo``, ``ppo-kl``, ``a2c``,
   ``vpg``, ``surrogate``, and ``impala`` (the same update, V-trace targets, fed by asynchronous Ray workers);
 - ``offpolicy/``: store transitions in a replay buffer, learn from samples: ``ddpg``, ``td3``, ``sac``,
-  ``crossq``, ``dqn``; each one's home module holds its class and its losses, registered here too
-  (:mod:`~rlplug.plugins.algorithms.offpolicy.loss_factories`).
+  ``crossq``, ``redq``, ``mpo``, ``dqn``; each one's home module holds its class and its losses, registered
+  here too (:mod:`~rlplug.plugins.algorithms.offpolicy.loss_factories`).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from rlplug.plugins.algorithms.offpolicy.config import (
     CrossQConfig,
     DDPGConfig,
     DQNConfig,
+    MPOConfig,
     REDQConfig,
     SACConfig,
     TD3Config,
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from rlplug.plugins.algorithms.offpolicy.crossq import CrossQ
     from rlplug.plugins.algorithms.offpolicy.ddpg import DDPG
     from rlplug.plugins.algorithms.offpolicy.dqn import DQN
+    from rlplug.plugins.algorithms.offpolicy.mpo import MPO
     from rlplug.plugins.algorithms.offpolicy.redq import REDQ
     from rlplug.plugins.algorithms.offpolicy.sac import SAC
     from rlplug.plugins.algorithms.offpolicy.td3 import TD3
@@ -102,6 +104,11 @@ def crossq() -> type[CrossQ]:
     return CrossQ
 
 
+def mpo() -> type[MPO]:
+    from rlplug.plugins.algorithms.offpolicy.mpo import MPO
+    return MPO
+
+
 def dqn() -> type[DQN]:
     from rlplug.plugins.algorithms.offpolicy.dqn import DQN
     return DQN
@@ -120,6 +127,7 @@ def rlplug_register_algorithms(register):
     register("sac", factory_for(SACConfig, sac, REPLAY_CONTEXT))
     register("crossq", factory_for(CrossQConfig, crossq, REPLAY_CONTEXT))
     register("redq", factory_for(REDQConfig, redq, REPLAY_CONTEXT))
+    register("mpo", factory_for(MPOConfig, mpo, REPLAY_CONTEXT))
     register("dqn", factory_for(DQNConfig, dqn, REPLAY_CONTEXT))
 
 

@@ -1,8 +1,8 @@
-"""Off-policy algorithm configs (DDPG, TD3, SAC, CrossQ, DQN): each dataclass's fields are an algorithm's recipe
-table, its docstring the summary ``rlplug list`` shows. Torch-free, like
+"""Off-policy algorithm configs (DDPG, TD3, SAC, CrossQ, MPO, DQN): each dataclass's fields are an algorithm's
+recipe table, its docstring the summary ``rlplug list`` shows. Torch-free, like
 :mod:`rlplug.plugins.algorithms.onpolicy.config`; the algorithms live in
 :mod:`rlplug.plugins.algorithms.offpolicy.base` (the shared update) and ``ddpg``, ``td3``, ``sac``, ``crossq``,
-``dqn``. A key an algorithm does not read is not among its fields: the mixins (:class:`PolyakTargets`,
+``mpo``, ``dqn``. A key an algorithm does not read is not among its fields: the mixins (:class:`PolyakTargets`,
 :class:`DelayedActorConfig`, :class:`EntropyConfig`) give each algorithm only what it uses.
 
 Every option of skrl's ``DDPG_CFG`` is a key of the same meaning, under rlplug's names where rlplug
@@ -56,6 +56,7 @@ SAC_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("sac"))]
 CROSSQ_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("crossq"))]
 REDQ_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("redq"))]
 DQN_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("dqn"))]
+MPO_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("mpo"))]
 
 
 @dataclass(frozen=True)
@@ -215,6 +216,33 @@ class CrossQConfig(DelayedActorConfig, EntropyConfig):
 
 
 @dataclass(frozen=True)
+class MPOConfig(PolyakTargets, ActorCriticConfig):
+    """Maximum a posteriori policy optimisation: a Gaussian actor fitted to its critic's weighted samples.
+
+    The weights are softmax(Q / temperature) over actions drawn from the target policy; the fit stays within
+    separate KL bounds on the mean and on the covariance. One Q-critic; target copies of it and the actor."""
+
+    #: what each gradient step minimises: rlplug's MPO loss (built with these networks)
+    loss: MPO_LOSS = named(Loss, "mpo-loss")
+    #: actions drawn from the target policy for each sampled state (the E-step's and the critic's target's)
+    action_samples: Count = 20
+    #: the E-step's bound on the KL of the reweighted samples from the target policy (sets the temperature)
+    epsilon: Positive = 0.1
+    #: the M-step's bound on the KL of the policy's mean from the target policy's
+    epsilon_mean: Positive = 0.01
+    #: the M-step's bound on the KL of the policy's covariance from the target policy's
+    epsilon_sigma: Positive = 1e-4
+    #: the temperature of the sample weights softmax(Q / temperature) to start from (then learned from its dual)
+    initial_temperature: Positive = 1.0
+    #: the Lagrange multipliers of the mean and covariance bounds to start from (then learned)
+    initial_multiplier: Positive = 1.0
+    #: learning rate of the temperature and the Lagrange multipliers
+    dual_lr: Rate = 0.01
+    #: the actor explores by sampling its policy: no added noise unless set
+    exploration_noise: Noise | None = None
+
+
+@dataclass(frozen=True)
 class DQNConfig(OffPolicyConfig):
     """Deep Q-learning for discrete actions: epsilon-greedy, a target network, Huber loss, optional double DQN."""
 
@@ -243,6 +271,6 @@ class DQNConfig(OffPolicyConfig):
 
 
 #: the configs of the actor-critics: each has a ``loss`` besides :class:`ActorCriticConfig`'s keys
-ActorCriticConfigs: TypeAlias = DDPGConfig | TD3Config | SACConfig | REDQConfig | CrossQConfig
+ActorCriticConfigs: TypeAlias = DDPGConfig | TD3Config | SACConfig | REDQConfig | CrossQConfig | MPOConfig
 #: every off-policy algorithm's config: :class:`OffPolicyConfig`'s keys and a ``loss``
 OffPolicyConfigs: TypeAlias = ActorCriticConfigs | DQNConfig

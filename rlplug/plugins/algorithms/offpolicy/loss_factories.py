@@ -1,7 +1,8 @@
 """The off-policy losses as the registry sees them: torch-free factories whose signatures are each loss's recipe
 keys (a key left unset takes the algorithm's setting where it has one), each marked with the algorithms it
-serves. Each imports its algorithm's home (``ddpg.py``, ``td3.py``, ``sac.py``, ``redq.py``, ``crossq.py``, ``dqn.py``),
-where the loss is, only when built: listing and validating recipes never load torch. Registered from
+serves. Each imports its algorithm's home (``ddpg.py``, ``td3.py``, ``sac.py``, ``redq.py``, ``crossq.py``,
+``mpo.py``, ``dqn.py``), where the loss is, only when built: listing and validating recipes never load torch.
+Registered from
 :func:`rlplug.plugins.algorithms.rlplug_register_losses`.
 """
 
@@ -57,6 +58,17 @@ def make_crossq_objective(networks: ActorCriticNetworks, settings: Any, observat
     from rlplug.plugins.algorithms.offpolicy import crossq
 
     return crossq.objective(networks, settings, observation_spec, action_spec)
+
+
+@serving("mpo")
+def make_mpo_objective(networks: ActorCriticNetworks, settings: Any, observation_spec, action_spec,
+                       device: str = "cpu"):
+    """rlplug's MPO loss: the critic on the target policy's expected target value, the temperature's dual, the
+    actor's weighted maximum likelihood within KL bounds on its mean and covariance. Its options are the
+    algorithm's keys."""
+    from rlplug.plugins.algorithms.offpolicy import mpo
+
+    return mpo.objective(networks, settings)
 
 
 @serving("dqn")
@@ -189,6 +201,7 @@ def register_losses(register) -> None:
     register("td3-loss", make_td3_objective)
     register("sac-loss", make_sac_objective)
     register("crossq-loss", make_crossq_objective)
+    register("mpo-loss", make_mpo_objective)
     register("dqn-loss", make_dqn_objective)
     register("DDPGLoss", make_ddpg_loss)
     register("TD3Loss", make_td3_loss)
