@@ -129,6 +129,33 @@ def test_a_seed_repeats_its_episodes(env_id):
     assert len({tuple(start.tolist()) for start in first[:, 0]}) == 5
 
 
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_the_array_road_steps_as_torchrls_road(env_id):
+    """On the CPU the env offers rlplug's array road (numpy in and out, what the collector takes there): from
+    the same seed and actions it gives TorchRL's ``step_and_maybe_reset``'s transitions, restarts included."""
+    rng = np.random.default_rng(1)
+    tensordicts, arrays = (rlplug.make("env", "torch-classic", id=env_id, num_envs=3, max_episode_steps=15)
+                           for _ in range(2))
+    assert arrays.supports_tensor_steps
+    tensordicts.set_seed(7)
+    following = tensordicts.reset()
+    observation = arrays.reset_arrays(seed=7)
+    np.testing.assert_array_equal(following["observation"].numpy(), observation)
+    ended = 0
+    for _ in range(40):
+        actions = [policy(env_id, rng, o) for o in observation]
+        step, following = tensordicts.step_and_maybe_reset(following.set("action", torch_action(arrays, actions)))
+        next_observation, reward, terminated, truncated, observation = arrays.step_arrays(np.stack(actions))
+        np.testing.assert_array_equal(step["next", "observation"].numpy(), next_observation)
+        np.testing.assert_array_equal(step["next", "reward"].reshape(-1).numpy(), reward)
+        np.testing.assert_array_equal(step["next", "terminated"].reshape(-1).numpy(), terminated)
+        np.testing.assert_array_equal(step["next", "truncated"].reshape(-1).numpy(), truncated)
+        np.testing.assert_array_equal(following["observation"].numpy(), observation)
+        assert reward.dtype == np.float32 and terminated.dtype == truncated.dtype == np.bool_
+        ended += int((terminated | truncated).sum())
+    assert ended > 0
+
+
 def test_an_id_it_does_not_have_is_one_line_naming_its_ids(tmp_path):
     result = run_cli("run", "recipes/cartpole-ppo.toml", "--set", "env.use=torch-classic", "--set",
                      "env.id=LunarLander-v3", "--out", str(tmp_path / "run"))

@@ -4,7 +4,8 @@ Each class follows its gymnasium namesake's dynamics (constants, integration, bo
 start states, and the float64 or float32 arithmetic it keeps its state in), so its steps equal gymnasium's to
 float precision (tests/test_torch_classic.py); its specs are those rlplug's ``gym`` env gives for the same id.
 The copies live in one ``[num_envs, ...]`` float64 state on the env's device: nothing goes through numpy or
-the host, so envs, policy and update can all stay on a GPU.
+the host, so envs, policy and update can all stay on a GPU. On the CPU it also offers rlplug's array road
+(``reset_arrays``, ``step_arrays``: numpy views of the same tensors, no TensorDict per step).
 
 Episodes end as gymnasium's vector envs end them: ``terminated`` by the dynamics, ``truncated`` after
 ``max_episode_steps`` (its ``TimeLimit``, the id's own limit by default); TorchRL's ``step_and_maybe_reset``
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Bounded, Categorical, Composite, OneHot, Unbounded
@@ -92,29 +94,65 @@ class ClassicControl(EnvBase):
     def _set_seed(self, seed: int | None) -> None:
         self.generator.manual_seed(int(torch.randint(2**62, ())) if seed is None else seed)
 
-    def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
-        mask = tensordict.get("_reset", None) if tensordict is not None else None
+    def restart(self, ended: torch.Tensor | None = None) -> torch.Tensor:
+        """New episodes for the copies ``ended`` marks (``[num_envs]`` bool; None: all); every copy's
+        observation. Start states are drawn for all copies either way, so both roads use the stream alike."""
         fresh = self.start(self.batch_size[0])
-        if mask is None:
+        if ended is None:
             self.state, self.elapsed = fresh, torch.zeros_like(self.elapsed)
         else:
-            mask = mask.reshape(-1)
-            self.state = torch.where(mask.unsqueeze(-1), fresh, self.state)
-            self.elapsed = torch.where(mask, 0, self.elapsed)
+            self.state = torch.where(ended.unsqueeze(-1), fresh, self.state)
+            self.elapsed = torch.where(ended, 0, self.elapsed)
+        return self.observe(self.state)
+
+    def transition(self, action: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """One step of every copy: ``(observation, reward (float32), terminated, truncated)``, ``[num_envs]``
+        but the observation; an episode over ``max_episode_steps`` is truncated, as gymnasium's ``TimeLimit``
+        does, whether or not it also terminated."""
+        self.state, reward, terminated = self.advance(self.state, action)
+        self.elapsed = self.elapsed + 1
+        return self.observe(self.state), reward.to(torch.float32), terminated, self.elapsed >= self.max_episode_steps
+
+    def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
+        mask = tensordict.get("_reset", None) if tensordict is not None else None
+        observation = self.restart(None if mask is None else mask.reshape(-1))
         flag = torch.zeros(*self.batch_size, 1, dtype=torch.bool, device=self.device)
-        return TensorDict({"observation": self.observe(self.state), "done": flag, "terminated": flag.clone(),
+        return TensorDict({"observation": observation, "done": flag, "terminated": flag.clone(),
                            "truncated": flag.clone()}, batch_size=self.batch_size, device=self.device)
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         action = tensordict.get("action")
-        action = action.argmax(-1) if self.actions is not None else action.to(torch.float32)
-        self.state, reward, terminated = self.advance(self.state, action)
-        self.elapsed = self.elapsed + 1
-        truncated = self.elapsed >= self.max_episode_steps  # TimeLimit's: counted whether or not it terminated
+        observation, reward, terminated, truncated = self.transition(
+            action.argmax(-1) if self.actions is not None else action.to(torch.float32))
         terminated, truncated = terminated.unsqueeze(-1), truncated.unsqueeze(-1)
-        return TensorDict({"observation": self.observe(self.state), "reward": reward.to(torch.float32).unsqueeze(-1),
-                           "done": terminated | truncated, "terminated": terminated, "truncated": truncated},
+        return TensorDict({"observation": observation, "reward": reward.unsqueeze(-1), "done": terminated | truncated,
+                           "terminated": terminated, "truncated": truncated},
                           batch_size=self.batch_size, device=self.device)
+
+    # -- rlplug's array road (rlplug.registry.protocols.Env) -------------------------------------------------
+
+    @property
+    def supports_tensor_steps(self) -> bool:
+        """The array road is offered on the CPU, where numpy shares the tensors' memory; on a GPU the
+        TensorDict road keeps every step on the device."""
+        return self.device.type == "cpu"
+
+    def reset_arrays(self, seed: int | None = None) -> np.ndarray:
+        if seed is not None:
+            self.set_seed(seed)
+        return self.restart().numpy()
+
+    def step_arrays(self, action: np.ndarray) -> tuple[np.ndarray, ...]:
+        """One step with gymnasium's actions (an index per copy, or floats); the copies that ended restart at
+        once, as TorchRL's ``step_and_maybe_reset`` restarts them, from the same random stream."""
+        action = torch.from_numpy(np.asarray(action))
+        if self.actions is None:
+            action = action.to(torch.float32).reshape(-1, 1)
+        next_observation, reward, terminated, truncated = self.transition(action)
+        ended = terminated | truncated
+        observation = self.restart(ended) if bool(ended.any()) else next_observation
+        return (next_observation.numpy(), reward.numpy(), terminated.numpy(), truncated.numpy(),
+                observation.numpy())
 
 
 def as_float32(values: torch.Tensor) -> torch.Tensor:
