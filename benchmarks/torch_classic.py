@@ -7,7 +7,9 @@ gymnasium's vector envs. No learning, no policy: the cost of the env alone, as a
 Sides (each times ``--steps`` steps of all ``--envs`` copies, random actions drawn in the side's own way):
 
 - ``torch-classic``: TorchRL's ``step_and_maybe_reset`` on the env (TensorDicts, autoreset), what the
-  collector's TensorDict road calls;
+  collector's TensorDict road calls (on a GPU);
+- ``torch-classic arrays``: the env's ``step_arrays`` (numpy in and out, autoreset), what the collector's
+  array road calls on the CPU;
 - ``torch-classic physics``: the env's own tensor step (``advance``) alone, without TorchRL's TensorDicts:
   what the dynamics cost, the floor of the line above;
 - ``gymnasium sync``: ``gymnasium.make_vec(id, vectorization_mode="sync")``, the copies stepped one after
@@ -44,6 +46,16 @@ def torch_classic(envs: int, steps: int, device: str) -> float:
         action = torch.nn.functional.one_hot(torch.randint(2, (envs,), device=device), 2)
         _, state = env.step_and_maybe_reset(state.set("action", action))
     synchronize(device)
+    return time.perf_counter() - start
+
+
+def torch_classic_arrays(envs: int, steps: int, device: str) -> float:
+    env = rlplug.make("env", "torch-classic", id=ENV_ID, num_envs=envs)
+    env.reset_arrays(seed=0)
+    rng = np.random.default_rng(0)
+    start = time.perf_counter()
+    for _ in range(steps):
+        env.step_arrays(rng.integers(2, size=envs))
     return time.perf_counter() - start
 
 
@@ -85,6 +97,7 @@ SIDES = {
     "gymnasium sync": gymnasium_side("sync"),
     "gymnasium vector": gymnasium_side("vector_entry_point"),
     "torch-classic": torch_classic,
+    "torch-classic arrays": torch_classic_arrays,
     "torch-classic physics": torch_classic_physics,
 }
 
@@ -94,7 +107,7 @@ def main() -> None:
     parser.add_argument("--envs", type=int, default=256)
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--device", default="cpu", help="the torch-classic sides' device (gymnasium: numpy)")
+    parser.add_argument("--device", default="cpu", help="the torch-classic sides' device (arrays: the CPU's)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (rlplug's run.num_threads default)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)

@@ -11,10 +11,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from conftest import SHORT, one_line_error, run_cli
 from torchrl.envs.utils import check_env_specs
 
 import rlplug
-from conftest import SHORT, one_line_error, run_cli
 
 IDS = ["CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCarContinuous-v0"]
 #: time limits short enough that episodes are truncated as well as terminated in a few hundred steps

@@ -145,10 +145,10 @@ class ClassicControl(EnvBase):
     def step_arrays(self, action: np.ndarray) -> tuple[np.ndarray, ...]:
         """One step with gymnasium's actions (an index per copy, or floats); the copies that ended restart at
         once, as TorchRL's ``step_and_maybe_reset`` restarts them, from the same random stream."""
-        action = torch.from_numpy(np.asarray(action))
+        taken = torch.from_numpy(np.asarray(action))
         if self.actions is None:
-            action = action.to(torch.float32).reshape(-1, 1)
-        next_observation, reward, terminated, truncated = self.transition(action)
+            taken = taken.to(torch.float32).reshape(-1, 1)
+        next_observation, reward, terminated, truncated = self.transition(taken)
         ended = terminated | truncated
         observation = self.restart(ended) if bool(ended.any()) else next_observation
         return (next_observation.numpy(), reward.numpy(), terminated.numpy(), truncated.numpy(),
