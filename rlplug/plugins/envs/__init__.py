@@ -245,11 +245,12 @@ def make_torch_classic(
     max_episode_steps: Annotated[int, Range(ge=1)] | None = None,
     device: str = "cpu",
 ):
-    """gymnasium's classic-control envs written in torch: all ``num_envs`` copies stepped as one tensor
-    operation on the run's device (``run.device``: a GPU keeps envs, policy and update there), with
-    gymnasium's dynamics, rewards, terminations and time limits, and the same observations and actions as
-    the ``gym`` env of the same id (a recipe switches by ``use`` alone). Copies that end restart at once,
-    each from the env's own seeded random stream."""
+    """gymnasium's classic-control envs in torch, every copy stepped at once on the run's device.
+
+    All ``num_envs`` copies are stepped as one tensor operation on ``run.device`` (a GPU keeps envs, policy
+    and update there), with gymnasium's dynamics, rewards, terminations and time limits and the observations
+    and actions of the ``gym`` env of the same id: a recipe switches by its ``use`` alone. Copies that end
+    restart at once, from the env's seeded random stream; on the CPU it offers rlplug's array road."""
     from rlplug.plugins.envs.torch_classic import make_classic
 
     return make_classic(id, num_envs=num_envs, max_episode_steps=max_episode_steps, device=device)
