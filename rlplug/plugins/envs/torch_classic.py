@@ -29,7 +29,7 @@ class ClassicControl(EnvBase):
 
     :attr:`state` (``[num_envs, state_size]``, float64) and :attr:`elapsed` (steps into each episode) are the
     whole of it: setting them sets the copies (the equality tests start from gymnasium's states this way).
-    A subclass says what its observations and actions are and gives :meth:`start`, :meth:`observe` and
+    A subclass says what its observations, start states and actions are and gives :meth:`observe` and
     :meth:`advance`."""
 
     #: the gymnasium id it follows, and that id's time limit
@@ -39,6 +39,9 @@ class ClassicControl(EnvBase):
     #: the observation's bounds, as gymnasium's Box gives them (float32)
     observation_low: tuple[float, ...]
     observation_high: tuple[float, ...]
+    #: start states are drawn uniformly between these (a bound equal on both sides: that value)
+    start_low: tuple[float, ...]
+    start_high: tuple[float, ...]
     #: discrete actions: how many; continuous (one float): None, with its bounds
     actions: int | None = None
     action_bounds: tuple[float, float] = (-1.0, 1.0)
@@ -49,6 +52,8 @@ class ClassicControl(EnvBase):
         n, device = num_envs, self.device
         self.state = torch.zeros(n, self.state_size, dtype=F64, device=device)
         self.elapsed = torch.zeros(n, dtype=torch.int64, device=device)
+        self.start_from = torch.tensor(self.start_low, dtype=F64, device=device)
+        self.start_span = torch.tensor(self.start_high, dtype=F64, device=device) - self.start_from
         self.generator = torch.Generator(device=device)
         # unseeded, the copies start from torch's global random stream (torch.manual_seed makes them repeat)
         self.generator.manual_seed(int(torch.randint(2**62, ())))
@@ -70,8 +75,10 @@ class ClassicControl(EnvBase):
     # -- what a subclass gives ------------------------------------------------------------------------
 
     def start(self, count: int) -> torch.Tensor:
-        """``count`` start states, float64 ``[count, state_size]``, drawn from :attr:`generator`."""
-        raise NotImplementedError
+        """``count`` start states, float64 ``[count, state_size]``: uniform draws from :attr:`generator` between
+        the start bounds, as numpy's ``uniform`` makes them (``low + (high - low) * u``)."""
+        draws = torch.rand(count, self.state_size, generator=self.generator, dtype=F64, device=self.device)
+        return self.start_from + self.start_span * draws
 
     def observe(self, state: torch.Tensor) -> torch.Tensor:
         """The float32 observations of states."""
@@ -83,13 +90,6 @@ class ClassicControl(EnvBase):
         raise NotImplementedError
 
     # -- TorchRL's EnvBase --------------------------------------------------------------------------------
-
-    def uniform(self, count: int, low, high) -> torch.Tensor:
-        """Uniform float64 draws ``[count, len(low)]`` in ``[low, high)``, as numpy's ``uniform`` per copy."""
-        low = torch.tensor(low, dtype=F64, device=self.device)
-        high = torch.tensor(high, dtype=F64, device=self.device)
-        draws = torch.rand(count, low.numel(), generator=self.generator, dtype=F64, device=self.device)
-        return low + (high - low) * draws
 
     def _set_seed(self, seed: int | None) -> None:
         self.generator.manual_seed(int(torch.randint(2**62, ())) if seed is None else seed)
@@ -172,8 +172,7 @@ class CartPole(ClassicControl):
     TOTAL_MASS = MASS_POLE + MASS_CART
     POLE_MASS_LENGTH = MASS_POLE * HALF_LENGTH
 
-    def start(self, count):
-        return self.uniform(count, (-0.05,) * 4, (0.05,) * 4)
+    start_low, start_high = (-0.05,) * 4, (0.05,) * 4
 
     def observe(self, state):
         return state.to(torch.float32)
@@ -201,8 +200,7 @@ class Pendulum(ClassicControl):
     observation_low = tuple(-x for x in observation_high)
     action_bounds = (-MAX_TORQUE, MAX_TORQUE)
 
-    def start(self, count):
-        return self.uniform(count, (-math.pi, -1.0), (math.pi, 1.0))
+    start_low, start_high = (-math.pi, -1.0), (math.pi, 1.0)
 
     def observe(self, state):
         theta, theta_dot = state.unbind(-1)
@@ -232,8 +230,10 @@ class Acrobot(ClassicControl):
     observation_high = (1.0, 1.0, 1.0, 1.0, MAX_VEL_1, MAX_VEL_2)
     observation_low = tuple(-x for x in observation_high)
 
+    start_low, start_high = (-0.1,) * 4, (0.1,) * 4
+
     def start(self, count):
-        return as_float32(self.uniform(count, (-0.1,) * 4, (0.1,) * 4))  # gymnasium keeps the draw in float32
+        return as_float32(super().start(count))  # gymnasium keeps the draw in float32
 
     def observe(self, state):
         theta_1, theta_2, dtheta_1, dtheta_2 = state.unbind(-1)
@@ -290,9 +290,7 @@ class MountainCarContinuous(ClassicControl):
     observation_low = (MIN_POSITION, -MAX_SPEED)
     observation_high = (MAX_POSITION, MAX_SPEED)
 
-    def start(self, count):
-        position = self.uniform(count, (-0.6,), (-0.4,))
-        return torch.cat((position, torch.zeros_like(position)), -1)
+    start_low, start_high = (-0.6, 0.0), (-0.4, 0.0)  # at rest
 
     def observe(self, state):
         return state.to(torch.float32)
