@@ -178,17 +178,16 @@ class CartPole(ClassicControl):
         return state.to(torch.float32)
 
     def advance(self, state, action):
-        x, x_dot, theta, theta_dot = state.unbind(-1)
-        force = (action.to(F64) * 2 - 1) * self.FORCE
+        x_dot, theta, theta_dot = state[:, 1], state[:, 2], state[:, 3]
+        force = action.to(F64) * (2 * self.FORCE) - self.FORCE  # action 0: pushed left, 1: right
         cos, sin = torch.cos(theta), torch.sin(theta)
         temp = (force + self.POLE_MASS_LENGTH * theta_dot.square() * sin) / self.TOTAL_MASS
         theta_acc = (self.GRAVITY * sin - cos * temp) / (
             self.HALF_LENGTH * (4.0 / 3.0 - self.MASS_POLE * cos.square() / self.TOTAL_MASS))
         x_acc = temp - self.POLE_MASS_LENGTH * theta_acc * cos / self.TOTAL_MASS
-        x, x_dot = x + self.TAU * x_dot, x_dot + self.TAU * x_acc
-        theta, theta_dot = theta + self.TAU * theta_dot, theta_dot + self.TAU * theta_acc
-        terminated = (x < -self.X_LIMIT) | (x > self.X_LIMIT) | (theta < -self.THETA_LIMIT) | (theta > self.THETA_LIMIT)
-        return torch.stack((x, x_dot, theta, theta_dot), -1), torch.ones_like(x), terminated
+        state = state + self.TAU * torch.stack((x_dot, x_acc, theta_dot, theta_acc), -1)  # gymnasium's Euler step
+        terminated = (state[:, 0].abs() > self.X_LIMIT) | (state[:, 2].abs() > self.THETA_LIMIT)
+        return state, torch.ones_like(x_dot), terminated
 
 
 class Pendulum(ClassicControl):
