@@ -156,6 +156,14 @@ def test_the_array_road_steps_as_torchrls_road(env_id):
     assert ended > 0
 
 
+def test_the_validated_ids_are_the_envs_it_has():
+    """Validation reads the ids without loading torch; they must be the classes the factory builds."""
+    from rlplug.plugins.envs import TORCH_CLASSIC_IDS
+    from rlplug.plugins.envs.torch_classic import CLASSES
+
+    assert list(CLASSES) == list(TORCH_CLASSIC_IDS) == IDS
+
+
 def test_an_id_it_does_not_have_is_one_line_naming_its_ids(tmp_path):
     result = run_cli("run", "recipes/cartpole-ppo.toml", "--set", "env.use=torch-classic", "--set",
                      "env.id=LunarLander-v3", "--out", str(tmp_path / "run"))

@@ -135,7 +135,7 @@ class ClassicControl(EnvBase):
     def supports_tensor_steps(self) -> bool:
         """The array road is offered on the CPU, where numpy shares the tensors' memory; on a GPU the
         TensorDict road keeps every step on the device."""
-        return self.device.type == "cpu"
+        return self.device is None or self.device.type == "cpu"
 
     def reset_arrays(self, seed: int | None = None) -> np.ndarray:
         if seed is not None:
