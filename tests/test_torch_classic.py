@@ -181,3 +181,21 @@ def test_the_cartpole_recipe_trains_on_it(tmp_path):
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["frames"] >= 1024, summary
     assert np.isfinite(summary["eval_return_mean"]), summary
+
+
+@pytest.mark.slow
+def test_a_resumed_run_ends_as_the_run_left_alone(tmp_path):
+    """Episodes restart from the run's seed at each checkpoint (the env's stream included): a run resumed from
+    its checkpoint ends with the parameters of the same run trained in one go."""
+    flags = ["--set", "env.use=torch-classic", "--set", "run.checkpoint_every_frames=512", "--set",
+             "eval.every_frames=0", "--set", "eval.episodes=1", "--set", "algorithm.anneal_lr=false",
+             "--set", "algorithm.anneal_clip=false"]
+    whole, halves = tmp_path / "whole", tmp_path / "halves"
+    assert run_cli("run", "recipes/cartpole-ppo.toml", *flags, "--set", "run.total_frames=1024",
+                   "--out", str(whole)).returncode == 0
+    assert run_cli("run", "recipes/cartpole-ppo.toml", *flags, "--set", "run.total_frames=512",
+                   "--out", str(halves)).returncode == 0
+    assert run_cli("resume", str(halves), "--set", "run.total_frames=1024").returncode == 0
+    ends = [torch.load(run / "checkpoint.pt", weights_only=False)["algorithm"]["policy"] for run in (whole, halves)]
+    assert ends[0].keys() == ends[1].keys()
+    assert all(torch.equal(ends[0][key], ends[1][key]) for key in ends[0])
