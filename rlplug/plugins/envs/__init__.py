@@ -1,5 +1,6 @@
-"""Env plugins: gymnasium ids vectorised in-process (``gym``, with the array road), TorchRL's ``PendulumEnv``
-(``torchrl-pendulum``) and DeepMind Control (``dm_control``, TorchRL's ``DMControlEnv``)."""
+"""Env plugins: gymnasium ids vectorised in-process (``gym``, with the array road), gymnasium's classic-control
+envs written in torch (``torch-classic``), TorchRL's ``PendulumEnv`` (``torchrl-pendulum``) and DeepMind
+Control (``dm_control``, TorchRL's ``DMControlEnv``)."""
 
 from __future__ import annotations
 
@@ -223,6 +224,38 @@ def make_gym(
     )
 
 
+#: the gymnasium ids torch-classic has (rlplug.plugins.envs.torch_classic.CLASSES: one class each)
+TORCH_CLASSIC_IDS = ("CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCarContinuous-v0")
+
+
+def torch_classic_id_problem(env_id: str) -> str | None:
+    """The problem with an id for ``torch-classic``, or None."""
+    if env_id in TORCH_CLASSIC_IDS:
+        return None
+    return (f"torch-classic has no '{env_id}'{did_you_mean(env_id, TORCH_CLASSIC_IDS)}; its ids: "
+            f"{', '.join(TORCH_CLASSIC_IDS)} (any other gymnasium id: use = \"gym\")")
+
+
+def make_torch_classic(
+    #: the gymnasium id of the env it follows: CartPole-v1, Pendulum-v1, Acrobot-v1, MountainCarContinuous-v0
+    id: Annotated[str, Check(torch_classic_id_problem)],
+    #: copies of the env, stepped together as one batch of tensors
+    num_envs: Annotated[int, Range(ge=1)] = 1,
+    #: a time limit (truncation) instead of the id's own (500, 200, 500 and 999 steps)
+    max_episode_steps: Annotated[int, Range(ge=1)] | None = None,
+    device: str = "cpu",
+):
+    """gymnasium's classic-control envs in torch, every copy stepped at once on the run's device.
+
+    All ``num_envs`` copies are stepped as one tensor operation on ``run.device`` (a GPU keeps envs, policy
+    and update there), with gymnasium's dynamics, rewards, terminations and time limits and the observations
+    and actions of the ``gym`` env of the same id: a recipe switches by its ``use`` alone. Copies that end
+    restart at once, from the env's seeded random stream; on the CPU it offers rlplug's array road."""
+    from rlplug.plugins.envs.torch_classic import make_classic
+
+    return make_classic(id, num_envs=num_envs, max_episode_steps=max_episode_steps, device=device)
+
+
 def in_keys_problem(in_keys: list[str]) -> str | None:
     """What is wrong with ``in_keys`` before the env exists (names are checked against it at build)."""
     if not in_keys:
@@ -284,5 +317,6 @@ def make_dm_control(
 @hookimpl
 def rlplug_register_envs(register):
     register("gym", make_gym, aliases=("gymnasium",))
+    register("torch-classic", make_torch_classic)
     register("torchrl-pendulum", make_torchrl_pendulum)
     register("dm_control", make_dm_control, aliases=("dm-control", "dmc"))
