@@ -88,6 +88,28 @@ def test_dqn_epsilon_and_sac_learning_rates(tmp_path):
     sac.close()
 
 
+@pytest.mark.parametrize(("recipe", "name", "value", "reached"), [
+    ("cartpole-a2c", "value_coef", 0.25, lambda a: a.loss_module.value_coef),
+    ("cartpole-vpg", "max_grad_norm", 1.0, lambda a: a.config.max_grad_norm),
+    ("cartpole-ppo-kl", "kl_target", 0.02, lambda a: a.loss_module.kl_target),
+    ("pendulum-td3", "tau", 0.01, lambda a: a.tau),
+    ("pendulum-crossq", "max_grad_norm", 5.0, lambda a: a.learners.max_grad_norm),
+    ("pendulum-redq", "alpha", 0.3, lambda a: float(a.loss_module.log_alpha.detach().exp())),
+])
+def test_every_family_on_the_algorithm_itself(recipe, name, value, reached):
+    from rlplug.core.envs import build_env
+    from rlplug.recipe import load
+
+    built = load(RECIPES / f"{recipe}.toml")
+    env = build_env(built.env)
+    algorithm = built.algorithm.build(observation_spec=env.observation_spec, action_spec=env.action_spec,
+                                      total_frames=built.run.total_frames)
+    algorithm.update_algorithm_parameter(name, value)
+    assert reached(algorithm) == pytest.approx(value)
+    assert algorithm.parameter_changes == {name: value}  # what a checkpoint keeps
+    env.close()
+
+
 @pytest.mark.parametrize(("name", "value", "fragments"), [
     ("policy", "mlp", ["algorithm.policy", "'policy' is fixed once the algorithm is built", "lr, max_grad_norm"]),
     ("frames_per_batch", 64, ["'frames_per_batch' is fixed", "clip_epsilon"]),
@@ -131,6 +153,8 @@ def test_set_refusals_are_one_line(tmp_path):
     one_line_error(run_cli("set", str(out), "algorithm.lr=-3"), "recipe.toml: algorithm.lr", "must be > 0")
     one_line_error(run_cli("set", str(out), "run.total_frames=5"), "expected algorithm.NAME=VALUE", "resume --set")
     one_line_error(run_cli("set", str(tmp_path), "algorithm.lr=1e-4"), "not a run directory")
+    (tmp_path / "batched.json").write_text("{}")  # as if out were a seed-N of seeds trained together
+    one_line_error(run_cli("set", str(out), "algorithm.lr=1e-4"), "seeds trained together")
     assert not (out / "set-requests").exists() or not any((out / "set-requests").iterdir())
 
 
