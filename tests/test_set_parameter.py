@@ -70,6 +70,14 @@ def test_ddpg_noise_sigma(tmp_path):
     ddpg.close()
 
 
+def test_what_the_built_loss_keeps_no_copy_of_is_refused_and_left_as_it_was(tmp_path):
+    ddpg = agent(tmp_path, RECIPES / "pendulum-ddpg.toml", **{"algorithm.loss": {"use": "DDPGLoss"}})
+    with pytest.raises(UserError, match="algorithm.gamma: the loss DDPGLoss keeps no gamma"):
+        ddpg.update_algorithm_parameter("gamma", 0.9)
+    assert ddpg.run.algorithm.config.gamma == 0.98 and not (ddpg.run.run_dir / "parameters.jsonl").exists()
+    ddpg.close()
+
+
 def test_dqn_epsilon_and_sac_learning_rates(tmp_path):
     dqn = agent(tmp_path / "dqn", RECIPES / "cartpole-dqn.toml", **{"run.total_frames": 1024})
     dqn.update_algorithm_parameter("epsilon", 0.5)

@@ -218,6 +218,9 @@ def update(algorithm: Any, name: str, value: Any) -> tuple[Any, Any]:
     algorithm.config = replaced
     try:
         push(algorithm, new)
+    except UserError as error:  # what the built objects cannot take: named by its key
+        algorithm.config = config
+        raise UserError(error.message, path=error.path or f"algorithm.{name}") from None
     except BaseException:
         algorithm.config = config
         raise
