@@ -28,7 +28,7 @@ from rlplug.core.heads import observation_key
 from rlplug.errors import UserError
 from rlplug.recipe import EVAL_SEED_OFFSET
 from rlplug.registry import protocols
-from rlplug.run import start
+from rlplug.run import changes, start
 from rlplug.run.batched import BatchedRun
 from rlplug.run.directory import default_run_dir
 from rlplug.run.evaluation import borrowed_eval_env, build_eval_env, check_eval_env, evaluate
@@ -175,6 +175,12 @@ class Agent:
         read = env_capability(env, protocols.Env.read_action)
         actions = np.asarray(read(action)) if read is not None else env_action(action, type(env.action_spec) is OneHot)
         return actions[0] if single else actions
+
+    def update_algorithm_parameter(self, name: str, value: Any) -> None:
+        """Change ``name`` of the algorithm's table (``lr``, ``clip_epsilon``, ``exploration_noise.sigma``...) from
+        its next update on, as ``rlplug set`` does for a run in another process: listed in ``parameters.jsonl``,
+        logged as a metrics row, kept by checkpoints (:mod:`rlplug.run.changes`)."""
+        changes.change(self.run, name, value, source="Agent.update_algorithm_parameter")
 
     def save(self, path: str | Path) -> Path:
         """Write a checkpoint that :meth:`load` reads back (plain tensors and numbers, no pickled code)."""

@@ -137,3 +137,15 @@ def writing_output(option: str, path: Path, what: str):
     except OSError as error:
         raise UserError(f"{option} {path}: cannot write {what} there ({error.strerror or error}); "
                         f"{remedy(error)}, or give another {option}") from None
+
+
+def in_use(run_dir: Path) -> bool:
+    """Whether a run holds ``run_dir`` now (its :class:`Claim`): tried without waiting, and let go at once."""
+    fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # closing the descriptor lets the lock go
+    return False

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from rlplug.core.training import allow_updates
 from rlplug.errors import UserError, WorkersLost
 from rlplug.recipe import Recipe
+from rlplug.run import changes
 
 
 class TrainingDiverged(UserError):
@@ -103,6 +104,7 @@ def train(driver: Driver, *, max_frames: int | None = None, max_iters: int | Non
         driver.start_loggers()
         while driver.frames < stop_frames and (stop_iters is None or driver.iterations < stop_iters) \
                 and driver.stop_reason is None and (more is None or more()):
+            changes.take_requests(driver)  # parameters changed by rlplug set or the Python API
             driver.iterate(started, frames_before)
             frames = driver.frames
             if next_eval is not None and next_eval <= frames < stop_frames:

@@ -33,6 +33,7 @@ from rlplug.core.training import (
     storages_of,
 )
 from rlplug.errors import UserError, reported
+from rlplug.plugins.algorithms import parameters
 from rlplug.recipe import EVAL_SEED_OFFSET, Recipe, read_toml, validate
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability, checked_metrics, conform
@@ -72,6 +73,8 @@ class Run:
     loggers: list[protocols.Logger] = field(default_factory=list, repr=False)
     loggers_started: bool = field(default=False, repr=False)
     _parameter_storages: list | None = field(default=None, repr=False)
+    #: the algorithm's parameters changed since the last iteration, for its metrics row (:mod:`rlplug.run.changes`)
+    parameter_rows: dict[str, float] = field(default_factory=dict, repr=False)
     #: the resolved recipe recipe.toml was last seen or written to hold
     _recipe_on_disk: dict | None = field(default=None, repr=False)
     #: whether :attr:`eval_env` is the caller's (``Agent.train(eval_env=...)``), left open by :meth:`close`
@@ -403,6 +406,7 @@ class Run:
         """Everything a checkpoint holds: plain tensors and numbers, loadable with ``weights_only=True``, and
         their digest."""
         return sealed({"recipe": self.recipe.resolved(), "algorithm": self.algorithm.state_dict(),
+                       "parameters": parameters.changes(self.algorithm),
                        "env": self.env_statistics(),
                        "frames": self.frames, "iterations": self.iterations,
                        "episodes": self.collector.tracker.episodes, "train_seconds": self.train_seconds,
@@ -412,6 +416,7 @@ class Run:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a checkpoint: the same parameters, optimiser, statistics, counters and random
         states, and every env starting a new episode from the seed that the uninterrupted run used there."""
+        parameters.restore(self.algorithm, state.get("parameters", {}))  # changed during the run (rlplug set)
         self.algorithm.load_state_dict(state["algorithm"])
         self.collector.sync_weights()  # workers elsewhere act with the loaded weights from their next rollout
         if state.get("env"):

@@ -31,6 +31,7 @@ from __future__ import annotations
 import operator
 import warnings
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -40,6 +41,7 @@ from torch import nn
 from rlplug.core.training import MetricMean, compile_in_place, summed, updates_stopped
 from rlplug.errors import RlplugWarning, UserError
 from rlplug.networks import is_discrete, observation_key
+from rlplug.plugins.algorithms import parameters
 from rlplug.plugins.algorithms.acting import OffPolicyActing
 from rlplug.plugins.algorithms.networks import build_network
 from rlplug.plugins.algorithms.offpolicy.config import DQNConfig, OffPolicyConfigs, PolyakTargets, SequencesConfig
@@ -320,6 +322,11 @@ class OffPolicy(OffPolicyActing):
     def preprocess(self, observation: torch.Tensor) -> torch.Tensor:
         observation = observation.float()
         return self.preprocessor(observation) if self.preprocessor is not None else observation
+
+    def update_algorithm_parameter(self, name: str, value: Any) -> None:
+        """pytorchrl's: change ``name`` of this algorithm's table (``lr``...) from the next update on
+        (:mod:`rlplug.plugins.algorithms.parameters`: what may change, and what it reaches)."""
+        parameters.update(self, name, value)
 
     # -- checkpoints ----------------------------------------------------------------------------------
 

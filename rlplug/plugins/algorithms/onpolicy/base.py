@@ -44,6 +44,7 @@ from rlplug.core.training import (
 )
 from rlplug.errors import UserError
 from rlplug.networks import share_body
+from rlplug.plugins.algorithms import parameters
 from rlplug.plugins.algorithms.acting import OnPolicyActing
 from rlplug.plugins.algorithms.networks import build_network
 from rlplug.plugins.algorithms.onpolicy.config import OnPolicyConfig
@@ -237,6 +238,11 @@ class OnPolicy(OnPolicyActing):
 
     def extra_metrics(self) -> dict[str, float]:
         return {}
+
+    def update_algorithm_parameter(self, name: str, value: Any) -> None:
+        """pytorchrl's: change ``name`` of this algorithm's table (``lr``...) from the next update on
+        (:mod:`rlplug.plugins.algorithms.parameters`: what may change, and what it reaches)."""
+        parameters.update(self, name, value)
 
     # -- checkpoints ----------------------------------------------------------------------------------
 
