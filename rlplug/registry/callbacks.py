@@ -26,7 +26,7 @@ class CallbackRun(Protocol):
 
     def stop(self, reason: str = "") -> None:
         """End the run cleanly once this call returns: a checkpoint is written, ``summary.json`` says ``stopped``
-        with ``stopped_by`` ("callback NAME: reason"), and ``rlplug resume`` goes on from there."""
+        with ``stopped_by`` ("callback NAME (reason)"), and ``rlplug resume`` goes on from there."""
 
     def save_checkpoint(self, name: str) -> Path:
         """The run as it is now, written atomically as the checkpoint file ``name`` (a plain file name ending in

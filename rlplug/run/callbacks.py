@@ -158,7 +158,7 @@ class Handle:
     def stop(self, reason: str = "") -> None:
         if self._run.stop_reason is None:  # a signal's stop came first: it stays what ended the run
             self._run.stop_reason = f"callback {self._entry.name}"
-            self._callbacks.stopped_by = f"callback {self._entry.name}" + (f": {reason}" if reason else "")
+            self._callbacks.stopped_by = f"callback {self._entry.name}" + (f" ({reason})" if reason else "")
 
     def save_checkpoint(self, name: str) -> Path:
         if not isinstance(name, str) or not name.endswith(".pt") or name.startswith(".") or "/" in name \
