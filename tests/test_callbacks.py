@@ -106,7 +106,8 @@ def test_a_bad_callbacks_table_is_one_line_and_no_run_directory(tmp_path, flags,
 @pytest.mark.slow
 def test_stop_at_return_stops_with_a_checkpoint_and_resume_goes_on(tmp_path):
     out = tmp_path / "run"
-    result = run_cli("run", str(CANONICAL), "--out", str(out), *SHORT, *callbacks('{use="stop-at-return", threshold=1}'))
+    result = run_cli("run", str(CANONICAL), "--out", str(out), *SHORT,
+                     *callbacks('{use="stop-at-return", threshold=1}'))
     assert result.returncode == 0, result.stderr
     assert "stopped by callback stop-at-return (the evaluation return" in result.stderr
     assert f"at frame 512; continue with: python -m rlplug resume {out}" in result.stderr
@@ -167,6 +168,18 @@ def _tensors(state, prefix=""):
             yield f"{prefix}{key}", value
         elif isinstance(value, dict):
             yield from _tensors(value, f"{prefix}{key}.")
+
+
+@pytest.mark.slow
+def test_keep_best_without_evaluations_during_training_is_warned_of(tmp_path):
+    out = tmp_path / "run"
+    result = run_cli("run", str(CANONICAL), "--out", str(out), "--set", "run.total_frames=256", "--set",
+                     "eval.episodes=1", "--set", "eval.every_frames=0", *callbacks('{use="keep-best"}'))
+    assert result.returncode == 0, result.stderr
+    warned = [line for line in result.stderr.splitlines() if line.startswith("rlplug: warning: ")]
+    assert len(warned) == 1 and "callbacks[0]: callback 'keep-best'" in warned[0], result.stderr
+    assert "eval.every_frames = 0" in warned[0]
+    assert json.loads((out / "best.json").read_text())["frames"] == 256  # the one evaluation, at the end
 
 
 @pytest.mark.slow

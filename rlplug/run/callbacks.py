@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlplug.errors import UserError, one_line
+from rlplug.errors import RlplugWarning, UserError, one_line
 from rlplug.registry import protocols
 from rlplug.registry.conformance import ContractError, has_member
 
 if TYPE_CHECKING:
+    from rlplug.recipe import Recipe
     from rlplug.run.trainer import Run
 
 #: each member a callback may have
@@ -64,9 +66,16 @@ class Callbacks:
     stopped_by: str | None = None
 
     @classmethod
-    def built(cls, components: Sequence[Any], run_dir: Path) -> Callbacks:
-        """The recipe's ``[[callbacks]]`` built (each checked against the protocol, :meth:`Entry.check`)."""
-        return cls([Entry(c.spec.name, c.title, c.build(run_dir=run_dir)).check() for c in components])
+    def built(cls, recipe: Recipe, run_dir: Path) -> Callbacks:
+        """The recipe's ``[[callbacks]]`` built (each checked against the protocol, :meth:`Entry.check`); a warning
+        where one acts on evaluations and the recipe evaluates only at the end."""
+        entries = [Entry(c.spec.name, c.title, c.build(run_dir=run_dir)).check() for c in recipe.callbacks]
+        for index, entry in enumerate(entries):
+            if recipe.eval.every_frames == 0 and has_member(entry.callback, protocols.Callback.on_evaluation):
+                warnings.warn(RlplugWarning(f"callbacks[{index}]: {entry.title} acts on evaluations, and with "
+                                            f"eval.every_frames = 0 there is one, at the end; set eval.every_frames"),
+                              stacklevel=2)
+        return cls(entries)
 
     def start(self, run: Run, given: Sequence[Any] = ()) -> Callbacks:
         """Training of ``run`` begins (its loggers not yet started), telling ``given`` too."""
@@ -109,10 +118,10 @@ class Callbacks:
                                              f"mistake: tell its author"))
         self.flush()
 
-    def log(self, name: Any, value: Any, who: str) -> None:
+    def log(self, name: Any, value: Any, who: str, mistake: type[UserError] = UserError) -> None:
         """``name = value`` for every logger at the current frame, once the round of callbacks ends (or the next
-        training starts its loggers); ``who`` is named where either is not what a logger takes."""
-        mistake = ContractError if who.startswith("callback") else UserError  # a plugin's, or the API user's
+        training starts its loggers); ``who`` is named, with a ``mistake``, where either is not what a logger
+        takes."""
         if not isinstance(name, str) or not name or name == "frames":
             raise mistake(f"{who}: log({name!r}, ...): the name must be a non-empty string other than 'frames'")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -153,7 +162,7 @@ class Handle:
         return self._run.run_dir
 
     def log(self, name: str, value: float) -> None:
-        self._callbacks.log(name, value, self._entry.title)
+        self._callbacks.log(name, value, self._entry.title, ContractError)
 
     def stop(self, reason: str = "") -> None:
         if self._run.stop_reason is None:  # a signal's stop came first: it stays what ended the run

@@ -107,7 +107,7 @@ class Run:
             if settings.compile:
                 compile_update(algorithm, recipe.algorithm.title)
             runner = recipe.runner.build(device=settings.device, seed=settings.seed)
-            callbacks = Callbacks.built(recipe.callbacks, run_dir)
+            callbacks = Callbacks.built(recipe, run_dir)
             video_env = None
             if recipe.eval.video:  # opened now: an env that cannot render is a clear error before any training
                 from rlplug.run.video import open_video_env
