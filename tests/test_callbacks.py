@@ -80,6 +80,12 @@ def test_callbacks_are_validated_with_the_recipe_torch_free():
         assert all(fragment in str(caught.value) for fragment in fragments), str(caught.value)
 
 
+@pytest.mark.parametrize("name", ["best.pt", "best.json"])
+def test_no_logger_writes_over_keep_best_files(name):
+    with pytest.raises(UserError, match="a file of the run itself"):
+        recipes.validate(base(loggers=[{"use": "csv", "filename": name}]))
+
+
 @pytest.mark.slow
 def test_list_shows_the_callbacks_kind():
     result = run_cli("list")
