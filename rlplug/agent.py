@@ -97,9 +97,13 @@ class Agent:
         return cls(run)
 
     def train(self, max_frames: int | None = None, max_episodes: int | None = None, max_iters: int | None = None,
-              eval_every: int | None = None, *, log_every_frames: int | None = None,
+              eval_every: int | None = None, callbacks: Sequence[Any] = (), *, log_every_frames: int | None = None,
               eval_env: Mapping[str, Any] | protocols.Env | None = None) -> dict[str, Any]:
-        """Train on; stops at the recipe's ``total_frames`` or the first limit given. Returns the summary.
+        """Train on; stops at the recipe's ``total_frames`` or the first limit given, or when a callback stops it
+        (status ``stopped``). Returns the summary.
+
+        ``callbacks``: objects with any of ``on_update``, ``on_evaluation``, ``on_checkpoint``
+        (:class:`rlplug.registry.protocols.Callback`), told of this training after the recipe's ``[[callbacks]]``.
 
         From this call on: ``log_every_frames``, the loggers get a row every this many frames (the recipe's
         ``run.log_every_frames``); ``eval_env``, evaluations run on another env, an env table (``{"use": "gym",
@@ -128,7 +132,12 @@ class Agent:
         if eval_env is not None and "eval.env" not in changes:
             self.run.use_eval_env(borrowed_eval_env(self.run.env, eval_env), borrowed=True)
         return self.run.train(max_frames=max_frames, max_episodes=max_episodes, max_iters=max_iters,
-                              eval_every=eval_every)
+                              eval_every=eval_every, callbacks=callbacks)
+
+    def log(self, name: str, value: float) -> None:
+        """A value of your own to every logger of the run at the current frame (a column of ``metrics.csv``): during
+        :meth:`train` (from a callback) with that round's, otherwise when the next :meth:`train` starts."""
+        self.run.callbacks.log(name, value, "Agent")
 
     def evaluate(self, episodes: int | None = None) -> list[float]:
         """Returns of the deterministic policy over ``episodes`` episodes (default: the recipe's

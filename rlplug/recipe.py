@@ -1,9 +1,9 @@
 """Recipes: a TOML file plus ``--set`` overrides, validated whole into a tree of unbuilt components.
 
 Any table with a ``use`` key is a component; its kind comes from where it stands: the top-level ``env``,
-``algorithm``, ``loggers`` and ``runner`` here, nested ones from the annotation of the parent factory's parameter.
-``run`` and ``eval`` are plain settings tables. A ``provenance`` table (written into resolved recipes)
-is ignored on reading, so a run directory's ``recipe.toml`` runs again as it is.
+``algorithm``, ``loggers``, ``runner`` and ``callbacks`` here, nested ones from the annotation of the parent
+factory's parameter. ``run`` and ``eval`` are plain settings tables. A ``provenance`` table (written into
+resolved recipes) is ignored on reading, so a run directory's ``recipe.toml`` runs again as it is.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 from rlplug.errors import RecipeError, UserError
 from rlplug.registry import get_registry, resolve
-from rlplug.registry.components import Algorithm, Env, Logger, Runner
+from rlplug.registry.components import Algorithm, Callback, Env, Logger, Runner
 from rlplug.registry.schema import Check, Range, convert
 
 #: Tables, arrays and dotted keys nest at most this deep in a recipe (the built-in ones need 4): deeper input is
@@ -135,6 +135,8 @@ class Recipe:
     loggers: list[Logger] = field(default_factory=default_loggers)
     #: where experience is collected: "local" (this process) or "ray" (workers; [runner] use = "ray")
     runner: Runner = "local"  # type: ignore[assignment]  # a name, made a component on validation
+    #: told of updates, evaluations and checkpoints; may log values and stop the run ([[callbacks]])
+    callbacks: list[Callback] = field(default_factory=list)
     provenance: dict[str, Any] | None = None
 
     def resolved(self) -> dict[str, Any]:
@@ -146,6 +148,8 @@ class Recipe:
             "env": self.env.resolved(),
             "algorithm": self.algorithm.resolved(), "loggers": [logger.resolved() for logger in self.loggers],
             "runner": self.runner.resolved(),
+            # absent when empty: the recipes of runs from before callbacks read the same
+            **({"callbacks": [c.resolved() for c in self.callbacks]} if self.callbacks else {}),
         }
         components = {path: f"{c.spec.qualified_name} {c.spec.version}" for path, c in self.components()}
         tables["provenance"] = {"rlplug_version": __version__, "components": components}
@@ -157,7 +161,8 @@ class Recipe:
 
         evaluated = [("eval.env", self.eval.env)] if self.eval.env else []
         queue = [("env", self.env), *evaluated, ("algorithm", self.algorithm),
-                 *((f"loggers[{i}]", logger) for i, logger in enumerate(self.loggers)), ("runner", self.runner)]
+                 *((f"loggers[{i}]", logger) for i, logger in enumerate(self.loggers)), ("runner", self.runner),
+                 *((f"callbacks[{i}]", callback) for i, callback in enumerate(self.callbacks))]
         while queue:
             path, component = queue.pop(0)
             yield path, component

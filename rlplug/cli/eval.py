@@ -66,8 +66,15 @@ def add_commands(subparsers) -> None:
     parser.add_argument("--video-episodes", type=positive_int, default=1, metavar="K",
                         help="episodes in the video (default: 1), from the same start states as the first K "
                              "evaluation episodes")
+    add_best_option(parser)
     add_unverified_option(parser)
     parser.set_defaults(handler=cmd_eval)
+
+
+def add_best_option(parser) -> None:
+    """``--best``, for the commands that read a checkpoint of a run (eval, export)."""
+    parser.add_argument("--best", action="store_true",
+                        help="the best evaluated weights, RUN_DIR/best.pt, which the keep-best callback keeps")
 
 
 def add_unverified_option(parser) -> None:
@@ -83,7 +90,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     run_dir: Path = args.run_dir
     if args.episodes is not None and (problem := eval_episodes_problem(args.episodes)):  # eval.episodes' bound
         raise UserError(f"--episodes: {problem}")
-    checkpoint = find_checkpoint(run_dir, args.checkpoint, command="eval")
+    checkpoint = find_checkpoint(run_dir, args.checkpoint, command="eval", best=args.best)
     video = check_video_path(args.video) if args.video is not None else None
 
     import tempfile
@@ -131,12 +138,23 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def find_checkpoint(run_dir: Path, given: Path | None, command: str) -> Path:
+def find_checkpoint(run_dir: Path, given: Path | None, command: str, best: bool = False) -> Path:
     """The checkpoint file ``command`` reads: ``given`` as typed, or inside ``run_dir``; default
-    ``checkpoint.pt``. A ``run_dir`` that is not a directory is the user's one-line error."""
+    ``checkpoint.pt``, or with ``best`` the keep-best callback's ``best.pt``. A ``run_dir`` that is not a
+    directory is the user's one-line error."""
     if not run_dir.is_dir():
         what = "no such directory" if not run_dir.exists() else "not a directory"
         raise UserError(f"{run_dir}: {what}; {command} takes the directory of a run (the --out of rlplug run)")
+    if best:
+        from rlplug.plugins.callbacks import BEST_CHECKPOINT
+
+        if given is not None:
+            raise UserError(f"--best reads {BEST_CHECKPOINT} and --checkpoint names another file: give one of them")
+        if not (run_dir / BEST_CHECKPOINT).is_file():
+            raise UserError(f"{run_dir}: no {BEST_CHECKPOINT} in it; the keep-best callback writes it at each better "
+                            f"evaluation: add [[callbacks]] use = \"keep-best\" to the recipe (or resume with --set "
+                            f"'callbacks=[{{use=\"keep-best\"}}]') and evaluate during training (eval.every_frames)")
+        return run_dir / BEST_CHECKPOINT
     if given is None:
         checkpoint = run_dir / "checkpoint.pt"
         if not checkpoint.is_file():

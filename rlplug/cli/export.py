@@ -21,7 +21,7 @@ CHECKED_OBSERVATIONS = 64
 
 def add_commands(subparsers) -> None:
     """Adds ``export``."""
-    from rlplug.cli.eval import add_unverified_option
+    from rlplug.cli.eval import add_best_option, add_unverified_option
 
     parser = subparsers.add_parser(
         "export", help="write a run's deterministic policy (normalisation included) as ONNX or TorchScript",
@@ -37,6 +37,7 @@ def add_commands(subparsers) -> None:
     parser.add_argument("--checkpoint", type=Path, metavar="FILE",
                         help="checkpoint to export (default: RUN_DIR/checkpoint.pt; a relative path is also looked "
                              "for inside RUN_DIR)")
+    add_best_option(parser)
     add_unverified_option(parser)
     parser.set_defaults(handler=cmd_export)
 
@@ -45,7 +46,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from rlplug.cli.eval import find_checkpoint
 
     run_dir: Path = args.run_dir
-    checkpoint = find_checkpoint(run_dir, args.checkpoint, command="export")
+    checkpoint = find_checkpoint(run_dir, args.checkpoint, command="export", best=args.best)
     if args.output.is_dir():
         raise UserError(f"-o {args.output}: is a directory; name the file to write")
     require(args.fmt)

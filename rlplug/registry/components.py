@@ -158,6 +158,10 @@ class Transform(Component):
     kind = "transform"
 
 
+class Callback(Component):
+    kind = "callback"
+
+
 #: an env table's ``transforms`` belong to rlplug, not to the env's factory
 Env.own_keys = {"transforms": list[Transform]}
 
@@ -165,5 +169,5 @@ Env.own_keys = {"transforms": list[Transform]}
 #: kind name -> annotation class, for the kinds that hooks register.
 COMPONENT_TYPES: dict[str, type[Component]] = {
     c.kind: c for c in (Env, Algorithm, Estimator, Logger, Network, ReplayBuffer, Noise, Preprocessor, Runner,
-                         Loss, Transform)
+                         Loss, Transform, Callback)
 }

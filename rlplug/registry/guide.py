@@ -16,13 +16,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rlplug.registry import protocols
+from rlplug.registry.callbacks import CallbackRun
 from rlplug.registry.conformance import members
 from rlplug.registry.docs import field_comments, tidy
 
-#: each section's name in the guide -> the protocol it is written from: every kind, and what a runner's and an
-#: algorithm's optional members hand back
+#: each section's name in the guide -> the protocol it is written from: every kind, what a runner's and an
+#: algorithm's optional members hand back, and what a callback is handed
 SECTIONS: dict[str, type] = {**protocols.PROTOCOLS, "collector": protocols.Collector,
-                             "batched_update": protocols.BatchedUpdate}
+                             "batched_update": protocols.BatchedUpdate, "callback_run": CallbackRun}
 
 _SECTION = re.compile(r"(<!-- contract:(?P<kind>[a-z_]+) -->\n)(?P<body>.*?)(<!-- /contract:(?P=kind) -->)", re.S)
 

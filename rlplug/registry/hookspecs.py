@@ -153,6 +153,18 @@ def rlplug_register_transforms(register):
     """
 
 
+@hookspec
+def rlplug_register_callbacks(register):
+    """Register callback factories; each returns an object told of a run's updates, evaluations and checkpoints
+    (``on_update``, ``on_evaluation``, ``on_checkpoint``, each optional, each handed the run under way), which may
+    log values of its own to every logger (``run.log(name, value)``) and stop the run cleanly (``run.stop()``)
+    (:class:`~rlplug.registry.protocols.Callback`, :class:`~rlplug.registry.callbacks.CallbackRun`). A recipe
+    lists them as ``[[callbacks]]``; ``rlplug.Agent.train(callbacks=[...])`` takes built ones.
+
+    Context: ``run_dir``.
+    """
+
+
 #: kind name -> hook name, the single list of kinds.
 HOOKS = {
     "env": "rlplug_register_envs",
@@ -166,6 +178,7 @@ HOOKS = {
     "runner": "rlplug_register_runners",
     "loss": "rlplug_register_losses",
     "transform": "rlplug_register_transforms",
+    "callback": "rlplug_register_callbacks",
 }
 
 #: kind name -> the context names the built-in run gives its factories (each hookspec's "Context:" line).
@@ -182,4 +195,5 @@ CONTEXT = {
     "runner": ("device", "seed"),
     "loss": ("networks", "settings", "observation_spec", "action_spec", "device"),
     "transform": ("device",),
+    "callback": ("run_dir",),
 }

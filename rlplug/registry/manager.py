@@ -39,6 +39,7 @@ BUILTIN_MODULES = (
     "rlplug.plugins.runners",
     "rlplug.plugins.losses",
     "rlplug.plugins.transforms",
+    "rlplug.plugins.callbacks",
 )
 
 _cache: dict[bool, Registry] = {}

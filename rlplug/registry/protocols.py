@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+from rlplug.registry.callbacks import Callback
 from rlplug.registry.conformance import (
     ContractError,
     capability,
@@ -425,9 +426,8 @@ class Transform(Protocol):
         """The observation spec as the transform leaves it."""
 
 
-#: kind -> the protocol its components follow.
-PROTOCOLS: dict[str, type] = {
+PROTOCOLS: dict[str, type] = {  # kind -> the protocol its components follow
     "env": Env, "algorithm": Algorithm, "estimator": Estimator, "logger": Logger, "network": Network,
     "replay_buffer": ReplayBuffer, "noise": Noise, "preprocessor": Preprocessor, "runner": Runner, "loss": Loss,
-    "transform": Transform,
+    "transform": Transform, "callback": Callback,
 }

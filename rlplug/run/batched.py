@@ -108,6 +108,9 @@ def refuse_unbatchable_recipe(recipe: Recipe) -> None:
     if recipe.run.compile:
         raise UserError(f"--batched calls the seeds' losses under torch.vmap, which run.compile does not compile; "
                         f"set run.compile = false, or {RETRY}", path="run.compile")
+    if recipe.callbacks:
+        raise UserError(f"callbacks are told of one run's updates and evaluations, not of seeds trained together; "
+                        f"{RETRY}", path="callbacks")
     runner = recipe.runner.spec.qualified_name
     if runner != "rlplug:local":
         raise UserError(f"--batched trains every seed in this process with one update for all; the "

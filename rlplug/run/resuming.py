@@ -15,7 +15,7 @@ from rlplug.registry.docs import inline_toml
 #: What may differ between a run's recipe and the recipe it resumes with (dotted prefixes): nothing that the
 #: networks, the optimiser, the replay buffer, the env's statistics or the random streams depend on.
 CHANGEABLE = ("run.total_frames", "run.checkpoint_every_frames", "run.keep_checkpoints", "run.num_threads",
-              "run.compile", "run.log_every_frames", "eval", "loggers", "runner")
+              "run.compile", "run.log_every_frames", "eval", "loggers", "runner", "callbacks")
 #: At most this many differing keys are named in a message.
 NAMED = 4
 

@@ -18,6 +18,7 @@ from rlplug.core.training import allow_updates
 from rlplug.errors import UserError, WorkersLost
 from rlplug.recipe import Recipe
 from rlplug.run import changes
+from rlplug.run.callbacks import Callbacks
 
 
 class TrainingDiverged(UserError):
@@ -47,10 +48,12 @@ class Driver(Protocol):
     def start_loggers(self) -> None:
         """Loggers built; whichever started are closed by :meth:`end`, whatever fails after."""
 
-    def iterate(self, started: float, frames_before: int) -> None:
-        """One collection and one update, its metrics logged (``fps`` counted from ``started``, ``frames_before``)."""
+    def iterate(self, started: float, frames_before: int) -> dict[str, float] | None:
+        """One collection and one update, its metrics logged (``fps`` counted from ``started``, ``frames_before``)
+        and returned where there is one set of them (one run)."""
 
-    def evaluation(self) -> None: ...
+    def evaluation(self) -> list[float] | None:
+        """The returns where there is one set of them (one run)."""
 
     def checkpoint(self) -> Any: ...
 
@@ -79,15 +82,17 @@ def episode_seed(seed: int, frames: int) -> int:
 
 
 def train(driver: Driver, *, max_frames: int | None = None, max_iters: int | None = None,
-          eval_every: int | None = None, more: Callable[[], bool] | None = None) -> dict[str, Any]:
+          eval_every: int | None = None, more: Callable[[], bool] | None = None,
+          callbacks: Callbacks | None = None) -> dict[str, Any]:
     """Train ``driver`` to the recipe's ``total_frames``, or until the first limit given (counted from this call),
     or until ``more()`` says no; returns the outcome, ``status`` (``finished``, ``paused`` or ``interrupted``, with
     the ``signal``) and whatever :meth:`Driver.end` adds.
 
     Evaluates every ``eval_every`` frames (default: the recipe's ``eval.every_frames``) and at the end;
     checkpoints every ``run.checkpoint_every_frames`` and at the end; stops early, with a checkpoint, on a stop
-    request (``driver.stop_reason`` set, by a signal handler, say) or when the runner's workers are lost
-    (:class:`WorkersLost`, raised again saying how to go on)."""
+    request (``driver.stop_reason`` set, by a signal handler or a callback: then ``status`` is ``stopped``) or
+    when the runner's workers are lost (:class:`WorkersLost`, raised again saying how to go on). ``callbacks``
+    (started on this training) are told of each update, evaluation and checkpoint."""
     settings = driver.recipe.run
     stop_frames = min(settings.total_frames, driver.frames + max_frames if max_frames else settings.total_frames)
     stop_iters = driver.iterations + max_iters if max_iters else None
@@ -95,6 +100,7 @@ def train(driver: Driver, *, max_frames: int | None = None, max_iters: int | Non
     next_eval = next_multiple(driver.frames, eval_every)
     next_checkpoint = next_multiple(driver.frames, settings.checkpoint_every_frames)
 
+    told = callbacks or Callbacks()
     driver.prepare()
     outcome: dict[str, Any] = {"status": "failed"}
     driver.stop_reason = None
@@ -102,25 +108,27 @@ def train(driver: Driver, *, max_frames: int | None = None, max_iters: int | Non
     started, frames_before = time.perf_counter(), driver.frames
     try:
         driver.start_loggers()
+        told.started()
         while driver.frames < stop_frames and (stop_iters is None or driver.iterations < stop_iters) \
                 and driver.stop_reason is None and (more is None or more()):
             changes.take_requests(driver)  # parameters changed by rlplug set or the Python API
-            driver.iterate(started, frames_before)
+            told.updated(driver.iterate(started, frames_before))
             frames = driver.frames
             if next_eval is not None and next_eval <= frames < stop_frames:
                 next_eval = next_multiple(frames, eval_every)
-                driver.evaluation()
+                told.evaluated(driver.evaluation())
             if next_checkpoint is not None and next_checkpoint <= frames < settings.total_frames:
                 next_checkpoint = next_multiple(frames, settings.checkpoint_every_frames)
-                driver.checkpoint()
+                told.checkpointed(driver.checkpoint())
                 driver.restart()
         if driver.stop_reason is not None:
-            driver.checkpoint()
-            outcome = {"status": "interrupted", "signal": driver.stop_reason}
+            told.checkpointed(driver.checkpoint())
+            outcome = told.outcome() or {"status": "interrupted", "signal": driver.stop_reason}
         else:
-            driver.evaluation()
-            driver.checkpoint()
-            outcome = {"status": "finished" if driver.frames >= settings.total_frames else "paused"}
+            told.evaluated(driver.evaluation())
+            told.checkpointed(driver.checkpoint())
+            done = driver.frames >= settings.total_frames
+            outcome = {"status": "finished"} if done else told.outcome() or {"status": "paused"}
     except TrainingDiverged:
         outcome = {"status": "diverged"}
         raise
@@ -138,5 +146,6 @@ def train(driver: Driver, *, max_frames: int | None = None, max_iters: int | Non
         raise
     finally:
         allow_updates()  # the stop was for this training; updates called later run whole
+        told.end()
         driver.end(outcome, sys.exc_info()[1] is not None, time.perf_counter() - started)
     return outcome

@@ -153,6 +153,10 @@ def until_done_or_stopped(run: Run | BatchedRun) -> int:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
     print(f"run directory: {run.run_dir}")
+    if summary["status"] == "stopped":  # by a callback, as the recipe asked
+        print(f"stopped by {summary['stopped_by']} at frame {run.frames}; continue with: python -m rlplug resume "
+              f"{run.run_dir}", file=sys.stderr)
+        return 0
     if summary["status"] == "interrupted":
         print(f"stopped at frame {run.frames}; continue with: python -m rlplug resume {run.run_dir}", file=sys.stderr)
         return SIGNAL_EXIT.get(summary.get("signal", ""), 1)

@@ -38,6 +38,7 @@ from rlplug.recipe import EVAL_SEED_OFFSET, Recipe, read_toml, validate
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability, checked_metrics, conform
 from rlplug.run import schedule
+from rlplug.run.callbacks import Callbacks
 from rlplug.run.checkpoints import check_statistics, load_checkpoint, rng_state, sealed, set_rng_state, tensors_finite
 from rlplug.run.directory import Claim, ensure_writable, write_atomically
 from rlplug.run.evaluation import build_eval_env, check_eval_env, evaluate
@@ -72,6 +73,8 @@ class Run:
     #: the loggers of the training under way (:meth:`train`), and whether they all started
     loggers: list[protocols.Logger] = field(default_factory=list, repr=False)
     loggers_started: bool = field(default=False, repr=False)
+    #: the recipe's ``[[callbacks]]``, built, and values logged for the loggers to come (``Agent.log``)
+    callbacks: Callbacks = field(default_factory=Callbacks, repr=False)
     _parameter_storages: list | None = field(default=None, repr=False)
     #: the algorithm's parameters changed since the last iteration, for its metrics row (:mod:`rlplug.run.changes`)
     parameter_rows: dict[str, float] = field(default_factory=dict, repr=False)
@@ -114,6 +117,7 @@ class Run:
             if settings.compile:
                 compile_update(algorithm, recipe.algorithm.title)
             runner = recipe.runner.build(device=settings.device, seed=settings.seed)
+            callbacks = Callbacks.built(recipe, run_dir)
             video_env = None
             if recipe.eval.video:  # opened now: an env that cannot render is a clear error before any training
                 from rlplug.run.video import open_video_env
@@ -124,19 +128,21 @@ class Run:
             collector = conform(protocols.Collector, runner.collector(env, algorithm.policy, algorithm.frames_per_batch,
                 seed=settings.seed, recipe=recipe, algorithm=algorithm), f"{recipe.runner.title}'s collector()")
             opened.pop_all()
-        return cls(recipe, run_dir, env, eval_env, algorithm, collector, video_env=video_env, claim=claim)
+        return cls(recipe, run_dir, env, eval_env, algorithm, collector, video_env=video_env, claim=claim,
+                   callbacks=callbacks)
 
     def train(self, max_frames: int | None = None, max_episodes: int | None = None, max_iters: int | None = None,
-              eval_every: int | None = None) -> dict[str, Any]:
+              eval_every: int | None = None, callbacks: Sequence[Any] = ()) -> dict[str, Any]:
         """Train to the recipe's ``total_frames``, or until the first limit given (counted from this call), on the
         one schedule of every run (:func:`rlplug.run.schedule.train`: evaluations every ``eval_every`` frames,
         default the recipe's ``eval.every_frames``, checkpoints, stop requests, lost workers). ``summary.json`` is
         written however the call ends once its loggers have started (a refused resume leaves the directory as it
-        was); returns the summary."""
+        was); returns the summary. ``callbacks`` (built ones) are told of this training, after the recipe's."""
         tracker = self.collector.tracker
         stop_episodes = tracker.episodes + max_episodes if max_episodes else None
         return schedule.train(self, max_frames=max_frames, max_iters=max_iters, eval_every=eval_every,
-                              more=lambda: stop_episodes is None or tracker.episodes < stop_episodes)
+                              more=lambda: stop_episodes is None or tracker.episodes < stop_episodes,
+                              callbacks=self.callbacks.start(self, callbacks))
 
     def prepare(self) -> None:
         ensure_writable(self.run_dir)
@@ -152,7 +158,7 @@ class Run:
                                              log_every_frames=settings.log_every_frames))
         self.loggers_started = True  # before then (a resume's metrics.csv refused), summary.json stays as it was
 
-    def iterate(self, started: float, frames_before: int) -> None:
+    def iterate(self, started: float, frames_before: int) -> dict[str, float]:
         tracker = self.collector.tracker
         batch = self.collector.collect()
         previous, self.frames = self.frames, self.frames + batch.numel()
@@ -168,9 +174,10 @@ class Run:
                    **(runner_metrics() if runner_metrics else {}), **metrics}
         for logger in self.loggers:
             logger.log(metrics, self.frames)
+        return metrics
 
-    def evaluation(self) -> None:
-        self.evaluate(self.loggers)
+    def evaluation(self) -> list[float]:
+        return self.evaluate(self.loggers)
 
     def restart(self) -> None:
         self.collector.restart(seed=episode_seed(self.recipe.run.seed, self.frames))

@@ -11,7 +11,8 @@ from rlplug.registry.schema import Check, Range
 #: What a run writes in its own directory (the seeds of a batched run and a tune trial's aggregate included):
 #: a logger's file may take none of these names.
 RUN_FILES = frozenset({"checkpoint.pt", "checkpoints", "summary.json", "recipe.toml", "batched.json",
-                       "aggregate.json", "wandb", "wandb-run-id", "tensorboard", "replay", "videos"})
+                       "aggregate.json", "wandb", "wandb-run-id", "tensorboard", "replay", "videos",
+                       "best.pt", "best.json"})
 #: The longest file name most filesystems take, in bytes.
 LONGEST_NAME = 255
 
