@@ -140,20 +140,28 @@ class Algorithm(Protocol):
         """The networks by name, for loggers that record weights (default: ``policy`` and ``critic``)."""
 
     @optional
-    def get_weights(self) -> dict[str, torch.Tensor]:
-        """pytorchrl's protocol, for Ray's gradient workers: the trained parameters."""
+    def get_weights(self) -> TensorDictBase:
+        """pytorchrl's ``Algorithm`` protocol (Ray's ``mode = "gradients"``): everything the gradients depend on,
+        as one TensorDict (the trained parameters; off-policy also the target copies, the entropy coefficient
+        and the gradient steps taken), which a copy built from the same recipe takes with :meth:`set_weights`."""
 
     @optional
-    def set_weights(self, weights: dict[str, torch.Tensor]) -> None:
-        """Put back what :meth:`get_weights` returned (a Ray gradient worker's copy)."""
+    def set_weights(self, weights: TensorDictBase) -> None:
+        """Put in what :meth:`get_weights` returned, in place (a gradient worker's copy before each step)."""
 
     @optional
-    def compute_gradients(self, minibatch: TensorDictBase, *args: Any, **kwargs: Any) -> Any:
-        """Ray's gradient workers: the gradients of one minibatch, computed where the worker is."""
+    def compute_gradients(self, batch: TensorDictBase,
+                          grads_to_cpu: bool = True) -> tuple[TensorDictBase, dict[str, torch.Tensor]]:
+        """The gradients of one update step on ``batch`` (on-policy: a prepared minibatch; off-policy: a replay
+        sample, covering every learner that steps now: actor, critics, entropy coefficient) and what the loss
+        reports (scalars); nothing steps. ``grads_to_cpu``: the gradients on the CPU, to travel between
+        processes. The gradients also stay in place for ``apply_gradients()``."""
 
     @optional
-    def apply_gradients(self, gradients: Any) -> Any:
-        """Ray's gradient workers: one optimiser step with gradients from :meth:`compute_gradients`."""
+    def apply_gradients(self, gradients: TensorDictBase | None = None) -> dict[str, torch.Tensor]:
+        """One optimiser step with ``gradients`` from :meth:`compute_gradients` (from any process; None: those the
+        last call left in place), clipped as the algorithm's own update clips, then what follows a step there
+        (off-policy: the target copies moved, the step counted); the gradient norms before clipping."""
 
     @optional
     def compile_update(self) -> None:
