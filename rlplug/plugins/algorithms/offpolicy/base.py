@@ -54,6 +54,9 @@ from rlplug.registry import protocols
 from rlplug.registry.networks import OffPolicyNetworks
 from rlplug.registry.protocols import capability
 
+#: The names batch normalisation gives its running statistics (torch.nn.BatchNorm1d's buffers).
+STATISTICS = ("running_mean", "running_var", "num_batches_tracked")
+
 #: The transition keys stored in the replay buffer (TorchRL's layout); ``observation`` stands for the
 #: env's observation key.
 TRANSITION_KEYS = ("observation", "action", ("next", "observation"), ("next", "reward"), ("next", "terminated"))
@@ -108,6 +111,9 @@ class OffPolicy:
                                                     f"has none (no tau to move them by)")
         #: the loss's state as built: a key that appears in training would make every checkpoint unloadable
         self.loss_state_keys = set(self.loss_module.state_dict())
+        #: the loss's state that its forward pass changes: batch normalisation's running statistics (CrossQ's
+        #: critics), which travel with gradients computed elsewhere
+        self.statistics_keys = sorted(key for key in self.loss_state_keys if key.rsplit(".", 1)[-1] in STATISTICS)
         # recurrent layers keep their weights where cuDNN wants them: no flat parameters for them
         self.learners = Learners(self.loss_module.parameter_groups, self.learning_rates(), config, device,
                                  flat=not self.sequences)
@@ -318,9 +324,10 @@ class OffPolicy:
     def compute_gradients(self, batch: TensorDictBase,
                           grads_to_cpu: bool = True) -> tuple[TensorDictBase, dict[str, torch.Tensor]]:
         """The gradients of one gradient step on ``batch`` (a replay sample, as :meth:`samples` gives) for every
-        learner that steps now, ``{learner: {index: gradient}}`` in :attr:`Learners.groups` order, on the CPU
-        where asked (to travel between processes), and what the loss reports (scalars). Nothing steps: the
-        gradients stay in place too, for ``apply_gradients()``."""
+        learner that steps now, ``{learner: {index: gradient}}`` in :attr:`Learners.groups` order (and, under
+        ``statistics``, the batch-norm statistics the pass moved), on the CPU where asked (to travel between
+        processes), and what the loss reports (scalars). Nothing steps: the gradients stay in place too, for
+        ``apply_gradients()``."""
         if self.learners.scaler is not None:
             raise UserError("float16 mixed precision scales its gradients where it steps them, so they cannot be "
                             "computed in one place and applied in another; set it to false",
@@ -328,6 +335,9 @@ class OffPolicy:
         out = self.backward(batch)
         gradients = TensorDict({name: {str(i): g.detach().clone() for i, g in enumerate(self.learners.gradients(name))}
                                 for name in self.pending}, [])
+        if self.statistics_keys:
+            state = self.loss_module.state_dict()
+            gradients["statistics"] = {key: state[key].clone() for key in self.statistics_keys}
         reported = {key: value.detach() for key, value in out.items() if value.numel() == 1}
         if grads_to_cpu:
             return gradients.to("cpu"), {key: value.cpu() for key, value in reported.items()}
@@ -339,6 +349,8 @@ class OffPolicy:
         then the targets moved exactly as in a local step, and the step counted. Each learner's gradient norm
         before clipping (``grad_norm_NAME``, when clipping)."""
         if gradients is not None:
+            if "statistics" in gradients.keys():
+                self.loss_module.load_state_dict(gradients.get("statistics").to_dict(), strict=False)
             self.pending = [name for name in self.learners.groups if name in gradients.keys()]
             for name in self.pending:
                 group = gradients.get(name)

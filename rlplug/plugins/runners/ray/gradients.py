@@ -67,8 +67,10 @@ def worker_share(size: int, workers: int) -> int:
 
 
 def averaged(parts: list[TensorDictBase]) -> TensorDictBase:
-    """The mean of the workers' gradients, entry by entry."""
-    return parts[0].apply(lambda *tensors: torch.stack(tensors).mean(0), *parts[1:])
+    """The mean of the workers' gradients (and batch-norm statistics), entry by entry; a count (the batches a
+    batch-norm layer has seen, the same on every worker) is the first worker's."""
+    return parts[0].apply(lambda *tensors: torch.stack(tensors).mean(0) if tensors[0].is_floating_point()
+                          else tensors[0], *parts[1:])
 
 
 def tracking(batch: TensorDictBase, **extra: torch.Tensor) -> TensorDictBase:
