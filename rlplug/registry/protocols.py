@@ -141,27 +141,19 @@ class Algorithm(Protocol):
 
     @optional
     def get_weights(self) -> TensorDictBase:
-        """pytorchrl's ``Algorithm`` protocol (Ray's ``mode = "gradients"``): everything the gradients depend on,
-        as one TensorDict (the trained parameters; off-policy also the target copies, the entropy coefficient
-        and the gradient steps taken), which a copy built from the same recipe takes with :meth:`set_weights`."""
+        """pytorchrl's protocol (Ray's gradient mode): all a gradient depends on (networks, targets, step count)."""
 
     @optional
     def set_weights(self, weights: TensorDictBase) -> None:
-        """Put in what :meth:`get_weights` returned, in place (a gradient worker's copy before each step)."""
+        """Put in what :meth:`get_weights` returned, in place (a gradient worker's copy of the algorithm)."""
 
     @optional
-    def compute_gradients(self, batch: TensorDictBase,
-                          grads_to_cpu: bool = True) -> tuple[TensorDictBase, dict[str, torch.Tensor]]:
-        """The gradients of one update step on ``batch`` (on-policy: a prepared minibatch; off-policy: a replay
-        sample, covering every learner that steps now: actor, critics, entropy coefficient) and what the loss
-        reports (scalars); nothing steps. ``grads_to_cpu``: the gradients on the CPU, to travel between
-        processes. The gradients also stay in place for ``apply_gradients()``."""
+    def compute_gradients(self, batch: TensorDictBase, grads_to_cpu: bool = True) -> tuple[TensorDictBase, dict]:
+        """Every stepped learner's gradients on ``batch`` (left in place too) and the loss's scalars; no step."""
 
     @optional
     def apply_gradients(self, gradients: TensorDictBase | None = None) -> dict[str, torch.Tensor]:
-        """One optimiser step with ``gradients`` from :meth:`compute_gradients` (from any process; None: those the
-        last call left in place), clipped as the algorithm's own update clips, then what follows a step there
-        (off-policy: the target copies moved, the step counted); the gradient norms before clipping."""
+        """A step with ``gradients`` (None: those left in place), targets moved as in ``update``; grad norms."""
 
     @optional
     def compile_update(self) -> None:
