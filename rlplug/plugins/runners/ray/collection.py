@@ -71,8 +71,8 @@ class RayCollection:
         self.worker_frames = frames_per_batch if self.asynchronous else frames_per_batch // workers
         shares = 1 if self.asynchronous else workers
         if frames_per_batch % (shares * self.envs_per_worker):
-            raise UserError(f"frames_per_batch ({frames_per_batch}) must split evenly over {shares} worker(s) of "
-                            f"{self.envs_per_worker} envs each (a multiple of {shares * self.envs_per_worker})",
+            raise UserError(f"the {frames_per_batch} frames of an update must split evenly over {shares} worker(s) "
+                            f"of {self.envs_per_worker} envs each (a multiple of {shares * self.envs_per_worker})",
                             path=batch_key(algorithm))
         self.tracker = EpisodeTracker(self.envs_per_worker * workers)
         self.steps = self.worker_frames // self.envs_per_worker
