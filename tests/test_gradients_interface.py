@@ -250,6 +250,7 @@ def test_what_gradient_mode_cannot_train_is_refused_in_one_line(tmp_path):
     result = run_cli("run", str(ROOT / "recipes" / "pendulum-ddpg-lstm.toml"), "--set", "runner.use=ray",
                      "--set", "runner.mode=gradients", "--out", str(out), timeout=120)
     one_line_error(result, "runner.mode", "sequences", "mode = 'experience'")
+    assert not out.exists()  # refused before the run directory is made
     with pytest.raises(UserError, match="steps_per_update"):  # one env and one step cannot split over two
         rlplug.Agent.from_recipe(ROOT / "recipes" / "pendulum-sac.toml", out=tmp_path / "sac", runner=GRADIENTS,
                                  **SMALL)
