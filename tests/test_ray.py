@@ -125,7 +125,7 @@ def test_gradients_averaged_over_workers_equal_the_local_update(tmp_path):
     """Gradient mode's arithmetic without Ray: two workers' gradients on their halves of a batch, averaged and
     applied by the learner, take the same step as the algorithm's own update on the whole batch (A2C: one
     minibatch, no advantage normalisation, so the mean loss over the batch is the mean of the halves')."""
-    from rlplug.plugins.runners.ray.gradients import GradientWorker
+    from rlplug.plugins.runners.ray.gradients import OnPolicyGradients, averaged
 
     a2c = ROOT / "recipes" / "cartpole-a2c.toml"
     # one recipe and seed: the same initial weights in all three
@@ -135,15 +135,14 @@ def test_gradients_averaged_over_workers_equal_the_local_update(tmp_path):
     batch = local.run.collector.collect()
     reference.update(batch.clone())
 
-    worker = GradientWorker(worker_algorithm, workers=2)
+    worker = OnPolicyGradients(worker_algorithm, workers=2)
     worker_algorithm.set_weights(learner.get_weights())
     halves = []
     for half in batch.clone().chunk(2, dim=0):  # by env rows: each half's advantages are the whole batch's
-        worker.prepare(half.clone(), progress=batch.numel() / learner.total_frames)
+        worker.prepare(half.clone(), frames=batch.numel())
         halves.append(worker.step(0).get("grads"))
     learner.frames += batch.numel()
-    learner.apply_gradients([(halves[0].get(str(i)) + halves[1].get(str(i))) / 2
-                             for i in range(len(learner.parameters))])
+    learner.apply_gradients(averaged(halves))
     for mine, theirs in zip(learner.parameters, reference.parameters):
         torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-6)
 

@@ -36,8 +36,8 @@ def rlplug_register_algorithms(register):
     ``networks()`` (by name, for loggers that record weights); ``asynchronous = True`` when it learns from
     experience collected with older weights (IMPALA: the ``ray`` runner then hands it rollouts first come,
     first served); and, for the ``ray`` runner's gradient workers, pytorchrl's protocol: ``get_weights()``,
-    ``set_weights(weights)``, ``compute_gradients(minibatch, ...)``, ``apply_gradients(gradients)`` (the
-    on-policy family's are in :class:`rlplug.plugins.algorithms.onpolicy.base.OnPolicy`).
+    ``set_weights(weights)``, ``compute_gradients(batch, grads_to_cpu=True)``, ``apply_gradients(gradients=None)``
+    (the built-in families' are in ``OnPolicy`` and ``OffPolicy``, :mod:`rlplug.plugins.algorithms`).
 
     Optional too, pytorchrl's acting half: ``acting_step(obs, rhs, done, deterministic=False)`` and the read-only
     ``gamma``, ``num_epochs``, ``mini_batch_size``, ``num_mini_batch``, ``num_test_episodes``, ``start_steps``,

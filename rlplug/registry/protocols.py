@@ -73,20 +73,20 @@ class Algorithm(Protocol):
         """The networks by name, for loggers that record weights (default: ``policy`` and ``critic``)."""
 
     @optional
-    def get_weights(self) -> dict[str, torch.Tensor]:
-        """pytorchrl's protocol, for Ray's gradient workers: the trained parameters."""
+    def get_weights(self) -> TensorDictBase:
+        """pytorchrl's protocol (Ray's gradient mode): all a gradient depends on (networks, targets, step count)."""
 
     @optional
-    def set_weights(self, weights: dict[str, torch.Tensor]) -> None:
-        """Put back what :meth:`get_weights` returned (a Ray gradient worker's copy)."""
+    def set_weights(self, weights: TensorDictBase) -> None:
+        """Put in what :meth:`get_weights` returned, in place (a gradient worker's copy of the algorithm)."""
 
     @optional
-    def compute_gradients(self, minibatch: TensorDictBase, *args: Any, **kwargs: Any) -> Any:
-        """Ray's gradient workers: the gradients of one minibatch, computed where the worker is."""
+    def compute_gradients(self, batch: TensorDictBase, grads_to_cpu: bool = True) -> tuple[TensorDictBase, dict]:
+        """Every stepped learner's gradients on ``batch`` (left in place too) and the loss's scalars; no step."""
 
     @optional
-    def apply_gradients(self, gradients: Any) -> Any:
-        """Ray's gradient workers: one optimiser step with gradients from :meth:`compute_gradients`."""
+    def apply_gradients(self, gradients: TensorDictBase | None = None) -> dict[str, torch.Tensor]:
+        """A step with ``gradients`` (None: those left in place), targets moved as in ``update``; grad norms."""
 
     @optional
     def compile_update(self) -> None:

@@ -57,6 +57,9 @@ from rlplug.registry import protocols
 from rlplug.registry.networks import OffPolicyNetworks
 from rlplug.registry.protocols import capability
 
+#: The names batch normalisation gives its running statistics (torch.nn.BatchNorm1d's buffers).
+STATISTICS = ("running_mean", "running_var", "num_batches_tracked")
+
 #: The transition keys stored in the replay buffer (TorchRL's layout); ``observation`` stands for the
 #: env's observation key.
 TRANSITION_KEYS = ("observation", "action", ("next", "observation"), ("next", "reward"), ("next", "terminated"))
@@ -113,6 +116,9 @@ class OffPolicy(OffPolicyActing):
                                                     f"has none (no tau to move them by)")
         #: the loss's state as built: a key that appears in training would make every checkpoint unloadable
         self.loss_state_keys = set(self.loss_module.state_dict())
+        #: the loss's state that its forward pass changes: batch normalisation's running statistics (CrossQ's
+        #: critics), which travel with gradients computed elsewhere
+        self.statistics_keys = sorted(key for key in self.loss_state_keys if key.rsplit(".", 1)[-1] in STATISTICS)
         # recurrent layers keep their weights where cuDNN wants them: no flat parameters for them
         self.learners = Learners(self.loss_module.parameter_groups, self.learning_rates(), config, device,
                                  flat=not self.sequences)
@@ -123,6 +129,8 @@ class OffPolicy(OffPolicyActing):
         self.policy: TensorDictModuleBase = stages[0] if len(stages) == 1 else TensorDictSequential(*stages)
         self.frames = 0
         self.steps = 0  # gradient steps taken
+        #: the learners holding gradients that :meth:`apply_gradients` has not stepped yet
+        self.pending: list[str] = []
 
     # -- what algorithms define -----------------------------------------------------------------------
 
@@ -231,8 +239,7 @@ class OffPolicy(OffPolicyActing):
         for sample in self.samples():
             if updates_stopped():  # a signal: the update ends here, not after every gradient step
                 break
-            self.gradient_step(sample, metrics)
-            self.steps += 1
+            self.gradient_step(sample, metrics)  # counts the step
             if self.steps == 1:
                 check_state_kept(self.loss_module, self.loss_state_keys, self.config.loss.title)
             self.new_priorities(sample, sample.get("td_error", None))
@@ -240,16 +247,22 @@ class OffPolicy(OffPolicyActing):
 
     def start_update(self, batch: TensorDictBase) -> dict[str, float]:
         """Steps 1 and 2 of an update: the batch stored, the schedules followed; their metrics."""
+        self.store(batch)
+        result = self.follow_frames(batch.numel())
+        result["buffer_size"] = float(len(self.replay))
+        return result
+
+    def follow_frames(self, frames: int) -> dict[str, float]:
+        """Step 2 of an update: ``frames`` more collected, the schedules followed; their metrics (also the
+        learner's whole step 2 where Ray's gradient workers store the batches)."""
         frames_before = self.frames
         if frames_before == 0 and self.config.learning_starts > self.total_frames:  # a short trial may mean it
             warnings.warn(RlplugWarning(f"algorithm.learning_starts = {self.config.learning_starts} is beyond "
                                         f"run.total_frames = {self.total_frames}: no gradient step will be taken, so "
                                         f"nothing is learned; lower it or raise run.total_frames"), stacklevel=2)
-        self.frames += batch.numel()
-        self.store(batch)
+        self.frames += frames
         result = self.follow_schedules()
         self.before_update(frames_before)
-        result["buffer_size"] = float(len(self.replay))
         return result
 
     def learning(self) -> bool:
@@ -272,18 +285,89 @@ class OffPolicy(OffPolicyActing):
         compile_in_place(self.loss_module, self.device)
 
     def gradient_step(self, sample: TensorDictBase, metrics: MetricMean) -> None:
-        """The loss's terms on ``sample``; one backward pass of the sum of those whose learners step now; the
-        steps; the targets moved. What the loss reports (scalars) and each gradient norm go to ``metrics``."""
+        """One gradient step on ``sample``: :meth:`backward`, then :meth:`apply_gradients` (the learners' steps,
+        the targets moved). What the loss reports (scalars) and each gradient norm go to ``metrics``."""
+        out = self.backward(sample)
+        norms = self.apply_gradients()
+        metrics.add(**{key: value for key, value in out.items() if value.numel() == 1}, **norms)
+
+    def backward(self, sample: TensorDictBase) -> TensorDictBase:
+        """The loss's terms on ``sample`` and one backward pass of the sum of those whose learners step now
+        (TD3's and CrossQ's actor every ``policy_delay`` steps), the gradients left in those learners; the
+        loss's output (it also writes ``td_error`` into ``sample``)."""
         stepped = self.stepped_learners()
         with self.autocast():
             out = self.loss_module(sample)
         learners = self.loss_module.term_learners
         terms = [value for key, value in out.items() if key in learners and learners[key] in stepped]
-        norms = self.learners.step(summed(terms), stepped)
+        self.learners.backward(summed(terms), stepped)
+        self.pending = [name for name in self.learners.groups if name in stepped]
+        return out
+
+    # -- distributed training (pytorchrl's Algorithm protocol; Ray's gradient workers) -----------------------
+
+    def get_weights(self) -> TensorDictBase:
+        """Everything a gradient depends on: the loss's state (networks, target copies, the entropy
+        coefficient, batch-norm statistics), the observation preprocessor's, and the gradient steps taken (which
+        say where TD3's delayed actor steps); a copy built from the same recipe takes it with :meth:`set_weights`."""
+        state = {f"loss.{key}": value for key, value in self.loss_module.state_dict().items()}
+        if self.preprocessor is not None:
+            state.update({f"preprocessor.{key}": value for key, value in self.preprocessor.state_dict().items()})
+        state["steps"] = torch.tensor(self.steps)
+        return TensorDict({key: value.detach() for key, value in state.items()}, []).consolidate()
+
+    def set_weights(self, weights: TensorDictBase) -> None:
+        """Put in what :meth:`get_weights` gave (in place: the learners keep stepping the same tensors)."""
+        def part(prefix: str) -> dict[str, torch.Tensor]:
+            return {key[len(prefix):]: value for key, value in weights.items() if key.startswith(prefix)}
+
+        self.loss_module.load_state_dict(part("loss."))
+        if self.preprocessor is not None:
+            self.preprocessor.load_state_dict(part("preprocessor."))
+        self.steps = int(weights.get("steps"))
+
+    def compute_gradients(self, batch: TensorDictBase,
+                          grads_to_cpu: bool = True) -> tuple[TensorDictBase, dict[str, torch.Tensor]]:
+        """The gradients of one gradient step on ``batch`` (a replay sample, as :meth:`samples` gives) for every
+        learner that steps now, ``{learner: {index: gradient}}`` in :attr:`Learners.groups` order (and, under
+        ``statistics``, the batch-norm statistics the pass moved), on the CPU where asked (to travel between
+        processes), and what the loss reports (scalars). Nothing steps: the gradients stay in place too, for
+        ``apply_gradients()``."""
+        if self.learners.scaler is not None:
+            raise UserError("float16 mixed precision scales its gradients where it steps them, so they cannot be "
+                            "computed in one place and applied in another; set it to false",
+                            path="algorithm.mixed_precision")
+        out = self.backward(batch)
+        gradients = TensorDict({name: {str(i): g.detach().clone() for i, g in enumerate(self.learners.gradients(name))}
+                                for name in self.pending}, [])
+        if self.statistics_keys:
+            state = self.loss_module.state_dict()
+            gradients["statistics"] = {key: state[key].clone() for key in self.statistics_keys}
+        reported = {key: value.detach() for key, value in out.items() if value.numel() == 1}
+        if grads_to_cpu:
+            return gradients.to("cpu"), {key: value.cpu() for key, value in reported.items()}
+        return gradients, reported
+
+    def apply_gradients(self, gradients: TensorDictBase | None = None) -> dict[str, torch.Tensor]:
+        """One gradient step with ``gradients`` (:meth:`compute_gradients`'s, from anywhere; None: those the last
+        :meth:`compute_gradients` or :meth:`backward` left in place): each learner in them clipped and stepped,
+        then the targets moved exactly as in a local step, and the step counted. Each learner's gradient norm
+        before clipping (``grad_norm_NAME``, when clipping)."""
+        if gradients is not None:
+            if "statistics" in gradients.keys():
+                self.loss_module.load_state_dict(gradients.get("statistics").to_dict(), strict=False)
+            self.pending = [name for name in self.learners.groups if name in gradients.keys()]
+            for name in self.pending:
+                group = gradients.get(name)
+                self.learners.set_gradients(name, [group.get(str(i)) for i in range(len(group.keys()))])
+        if not self.pending:
+            raise RuntimeError("apply_gradients() with no gradients to apply: compute_gradients first, or pass them")
+        norms = self.learners.clip_and_step(self.pending)
+        self.pending = []
         if self.update_targets is not None and self.moves_targets():
             self.update_targets(self.tau)
-        metrics.add(**{key: value for key, value in out.items() if value.numel() == 1},
-                    **{f"grad_norm_{name}": norm for name, norm in norms.items()})
+        self.steps += 1
+        return {f"grad_norm_{name}": norm for name, norm in norms.items() if norm is not None}
 
     @torch.no_grad()
     def samples(self) -> Iterator[TensorDictBase]:
@@ -292,11 +376,16 @@ class OffPolicy(OffPolicyActing):
             yield from self.sequence_samples()
             return
         for _ in range(self.config.gradient_steps):
-            sample = self.replay.sample(self.config.batch_size)
-            if self.preprocessor is not None or sample.get("observation").dtype != torch.float32:
-                for key in ("observation", ("next", "observation")):
-                    sample.set(key, self.preprocess(sample.get(key)))
-            yield sample
+            yield self.sample(self.config.batch_size)
+
+    @torch.no_grad()
+    def sample(self, batch_size: int) -> TensorDictBase:
+        """``batch_size`` transitions from the buffer, observations preprocessed."""
+        sample = self.replay.sample(batch_size)
+        if self.preprocessor is not None or sample.get("observation").dtype != torch.float32:
+            for key in ("observation", ("next", "observation")):
+                sample.set(key, self.preprocess(sample.get(key)))
+        return sample
 
     def sequence_samples(self) -> Iterator[TensorDictBase]:
         """``gradient_steps`` samples of sequences (``[sequences]``): the observations ``[sequences, L + 1,

@@ -124,22 +124,37 @@ class Learners:
 
     def step(self, loss: torch.Tensor, names) -> dict[str, torch.Tensor | None]:
         """Backward of ``loss``, then clip and step the groups ``names``; each one's gradient norm before
-        clipping (when clipping). A non-finite loss or gradient norm raises
-        :class:`~rlplug.core.training.NonFiniteError` before anything is stepped, except under a gradient scaler,
-        which skips the step and lowers its scale (that is how float16 training finds its scale)."""
+        clipping (when clipping): :meth:`backward` then :meth:`clip_and_step`."""
+        self.backward(loss, names)
+        return self.clip_and_step(names)
+
+    def backward(self, loss: torch.Tensor, names) -> None:
+        """The gradients of ``loss`` in the groups ``names`` (zeroed first), left in place for
+        :meth:`clip_and_step`. A non-finite loss raises :class:`~rlplug.core.training.NonFiniteError` before
+        anything is touched, except under a gradient scaler, which skips the step and lowers its scale (that is
+        how float16 training finds its scale)."""
         if self.scaler is None and not math.isfinite(loss.item()):
             raise NonFiniteError("the loss")
+        self.zero_grad(names)
+        if self.scaler is None:
+            loss.backward()
+        else:
+            self.scaler.scale(loss).backward()
+
+    def zero_grad(self, names) -> None:
         for name in names:
             trained = self.trained[name]
             if isinstance(trained, FlatParameters):
                 trained.zero_grad()
             else:
                 self.optimisers[name].zero_grad(set_to_none=True)
+
+    def clip_and_step(self, names) -> dict[str, torch.Tensor | None]:
+        """Clip and step the groups ``names`` with the gradients they hold; each one's norm before clipping. A
+        non-finite norm raises :class:`~rlplug.core.training.NonFiniteError` before that group steps."""
         if self.scaler is None:
-            loss.backward()
             return {name: clip_and_step(self.optimisers[name], self.trained[name], self.max_grad_norm)
                     for name in names}
-        self.scaler.scale(loss).backward()
         norms = {}
         for name in names:
             self.scaler.unscale_(self.optimisers[name])
@@ -148,6 +163,20 @@ class Learners:
             self.scaler.step(self.optimisers[name])
         self.scaler.update()
         return norms
+
+    def gradients(self, name: str) -> list[torch.Tensor]:
+        """Group ``name``'s gradients as they are now (zeros where a parameter has none)."""
+        return [torch.zeros_like(p) if p.grad is None else p.grad for p in self.groups[name]]
+
+    @torch.no_grad()
+    def set_gradients(self, name: str, gradients: list[torch.Tensor]) -> None:
+        """Group ``name``'s gradients replaced by ``gradients`` (in :attr:`groups` order, on any device)."""
+        self.zero_grad([name])
+        for p, gradient in zip(self.groups[name], gradients, strict=True):
+            if p.grad is None:
+                p.grad = gradient.to(p.device, p.dtype, copy=True)
+            else:
+                p.grad.copy_(gradient)
 
     def state_dict(self) -> dict:
         state = {name: optimiser.state_dict() for name, optimiser in self.optimisers.items()}

@@ -196,23 +196,33 @@ class OnPolicy(OnPolicyActing):
         for i, p in enumerate(self.parameters):
             p.copy_(weights.get(str(i)))
 
-    def compute_gradients(self, minibatch: TensorDictBase,
-                          diagnostics: bool = False) -> tuple[list[torch.Tensor], dict[str, torch.Tensor]]:
-        """The loss on one minibatch and its gradient for every parameter, and what the loss reports (with
-        the total under ``loss``); nothing steps."""
-        total, reported = self.loss(minibatch, diagnostics)
+    def compute_gradients(self, batch: TensorDictBase,
+                          grads_to_cpu: bool = True) -> tuple[TensorDictBase, dict[str, torch.Tensor]]:
+        """The gradient of the loss on one minibatch (as :meth:`prepare` makes them) for every parameter, keyed as
+        :meth:`get_weights`, on the CPU where asked (to travel between processes), and every scalar the loss
+        reports, with the total under ``loss``. Nothing steps: the gradients stay in place too, for
+        ``apply_gradients()``."""
+        total, reported = self.loss(batch, diagnostics=True)
         self.zero_grad()
         total.backward()
-        grads = [p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p) for p in self.parameters]
-        return grads, {"loss": total.detach(), **reported}
+        gradients = TensorDict({str(i): p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
+                                for i, p in enumerate(self.parameters)}, [])
+        reported = {"loss": total.detach(), **reported}
+        if grads_to_cpu:
+            return gradients.to("cpu"), {key: value.cpu() for key, value in reported.items()}
+        return gradients, reported
 
-    def apply_gradients(self, gradients: list[torch.Tensor]) -> torch.Tensor | None:
-        """Take the optimiser step with ``gradients`` (in :meth:`get_weights` order), the global norm clipped
-        as in :meth:`update`; returns the norm before clipping (None without clipping)."""
-        self.zero_grad()
-        for p, g in zip(self.parameters, gradients):
-            p.grad.copy_(g)
-        return clip_and_step(self.optimiser, self.trained, self.config.max_grad_norm)
+    def apply_gradients(self, gradients: TensorDictBase | None = None) -> dict[str, torch.Tensor]:
+        """The optimiser step with ``gradients`` (:meth:`compute_gradients`'s, from anywhere; None: those the last
+        :meth:`compute_gradients` left in place), the global norm clipped as in :meth:`update`; that norm before
+        clipping as ``grad_norm`` (when clipping)."""
+        if gradients is not None:
+            self.zero_grad()
+            with torch.no_grad():
+                for i, p in enumerate(self.parameters):
+                    p.grad.copy_(gradients.get(str(i)))
+        norm = clip_and_step(self.optimiser, self.trained, self.config.max_grad_norm)
+        return {} if norm is None else {"grad_norm": norm}
 
     def zero_grad(self) -> None:
         if isinstance(self.trained, FlatParameters):

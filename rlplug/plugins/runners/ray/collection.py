@@ -71,15 +71,17 @@ class RayCollection:
         self.worker_frames = frames_per_batch if self.asynchronous else frames_per_batch // workers
         shares = 1 if self.asynchronous else workers
         if frames_per_batch % (shares * self.envs_per_worker):
-            raise UserError(f"frames_per_batch ({frames_per_batch}) must split evenly over {shares} worker(s) of "
-                            f"{self.envs_per_worker} envs each (a multiple of {shares * self.envs_per_worker})",
-                            path="algorithm.frames_per_batch")
+            raise UserError(f"the {frames_per_batch} frames of an update must split evenly over {shares} worker(s) "
+                            f"of {self.envs_per_worker} envs each (a multiple of {shares * self.envs_per_worker})",
+                            path=batch_key(algorithm))
         self.tracker = EpisodeTracker(self.envs_per_worker * workers)
         self.steps = self.worker_frames // self.envs_per_worker
         self.version = 0
         self.restarts = 0
         self.failures = 0
         self.explained_variance = float("nan")
+        #: in gradient mode, each worker's replay buffer size (off-policy)
+        self.buffer_sizes = np.zeros(workers, dtype=np.int64)
         self.pids: dict[int, int] = {}
         self.nodes: dict[int, int] = {}
         self.lags: list[float] = []
@@ -346,12 +348,12 @@ class RayCollection:
         """Every worker collects a rollout with the current weights and keeps it; the batch returned holds only
         what the loop counts and tracks (rewards and dones), ``[envs, time]`` like any batch."""
         algorithm = self.algorithm
-        progress = (algorithm.frames + self.worker_frames * self.runner.workers) / algorithm.total_frames
+        frames = algorithm.frames + self.worker_frames * self.runner.workers  # collected in all once these are
         started = time.perf_counter()
         weights = ray_module().put(algorithm.get_weights())
         try:
             parts = self.started_collector().map_fn("prepare",
-                                                    [(weights, self.version, progress)] * self.runner.workers)
+                                                    [(weights, self.version, frames)] * self.runner.workers)
         except lost_errors() as error:
             self.worker_died(error)
             return self._collect_for_gradients()
@@ -359,12 +361,22 @@ class RayCollection:
         batch: TensorDictBase = torch.cat(parts, 0)  # dispatched to TensorDict's cat
         info = batch.pop(WORKER_KEY)
         self.note_workers(info)
-        self.explained_variance = float(batch.pop("explained_variance")[:, 0].double().mean())
+        if "explained_variance" in batch.keys():  # on-policy
+            self.explained_variance = float(batch.pop("explained_variance")[:, 0].double().mean())
+        if "buffer_size" in batch.keys():  # off-policy: each worker's, on every one of its rows
+            batch.pop("buffer_size")
+            self.buffer_sizes = np.array([int(part.get("buffer_size").reshape(-1)[0]) for part in parts])
         return self.received(batch, info)
 
     def update(self, algorithm, batch: TensorDictBase) -> dict[str, float]:
         """The algorithm's own update, or in gradient mode its data-parallel form (:func:`gradient_update`)."""
         return gradient_update(self, algorithm, batch) if self.gradients else algorithm.update(batch)
+
+
+def batch_key(algorithm) -> str:
+    """The recipe key that sets how many frames an update collects: off-policy algorithms' steps_per_update."""
+    config = getattr(algorithm, "config", None)
+    return "algorithm.steps_per_update" if hasattr(config, "steps_per_update") else "algorithm.frames_per_batch"
 
 
 def last_line_of(error: BaseException) -> str:

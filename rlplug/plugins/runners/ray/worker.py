@@ -20,7 +20,7 @@ from rlplug.core.envs import build_env
 from rlplug.core.process import prepare_process, seed_everything
 
 if TYPE_CHECKING:
-    from rlplug.plugins.runners.ray.gradients import GradientWorker
+    from rlplug.plugins.runners.ray.gradients import OffPolicyGradients, OnPolicyGradients
 
 #: The key under which a worker's rollout carries its bookkeeping (popped before the learner sees the batch).
 WORKER_KEY = "rlplug_worker"
@@ -129,7 +129,7 @@ def _worker_collector():
         Built by TorchRL's RayCollector inside the actor with the keywords it passes every collector
         (devices, exploration type and the like, which do not apply here) plus ``seed`` and ``threads`` from
         rlplug. With ``learner`` (gradient mode) it also holds a copy of the algorithm and computes gradients
-        on its own rollouts (:mod:`rlplug.plugins.runners.ray.collection` ``GradientWorker``).
+        on its own rollouts (:mod:`rlplug.plugins.runners.ray.gradients`).
         """
 
         def __init__(self, create_env_fn, policy=None, *, frames_per_batch: int, seed: int = 0, threads: int = 1,
@@ -153,7 +153,8 @@ def _worker_collector():
             seed_everything(seed)
             make_env = create_env_fn[0] if isinstance(create_env_fn, (list, tuple)) else create_env_fn
             self.env = make_env() if callable(make_env) else make_env
-            self.learner: GradientWorker | None = learner.build(self.env) if learner is not None else None
+            self.learner: OnPolicyGradients | OffPolicyGradients | None = (
+                learner.build(self.env) if learner is not None else None)
             self.policy = self.learner.algorithm.policy if self.learner is not None else policy
             self.weights = TensorDict.from_module(self.policy).data
             self.inner = Collector(self.env, self.policy, frames_per_batch, seed)
@@ -224,18 +225,19 @@ def _worker_collector():
             if state:
                 self.env.load_statistics(state)
 
-        # -- gradient mode (GradientWorker does the work) -------------------------------------------------------
+        # -- gradient mode (gradients.py does the work) -------------------------------------------------------
 
-        def prepare(self, weights, version: int, progress: float) -> TensorDictBase:
-            """Collect a rollout with ``weights`` and keep it, estimates made, for :meth:`gradients`; hand back
-            what the driver tracks (rewards and dones)."""
+        def prepare(self, weights, version: int, frames: int) -> TensorDictBase:
+            """Collect a rollout with ``weights`` and keep it (prepared, or stored in the replay buffer) for
+            :meth:`gradients`, ``frames`` being collected in all once every worker's is; hand back what the
+            driver tracks (rewards and dones)."""
             started = time.perf_counter()
             learner = self.gradient_learner()
             learner.algorithm.set_weights(weights)
             self.version = version
             batch = self.inner.collect()
             seconds = time.perf_counter() - started
-            tracking = learner.prepare(batch, progress)
+            tracking = learner.prepare(batch, frames)
             self.stamp(tracking, seconds)
             return tracking.consolidate()
 
@@ -244,7 +246,7 @@ def _worker_collector():
             learner.algorithm.set_weights(weights)
             return learner.step(step)
 
-        def gradient_learner(self) -> GradientWorker:
+        def gradient_learner(self) -> OnPolicyGradients | OffPolicyGradients:
             if self.learner is None:
                 raise RuntimeError("a gradient-mode call to a worker built without a learner (runner.mode = "
                                    "'experience')")

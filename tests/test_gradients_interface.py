@@ -1,0 +1,256 @@
+"""pytorchrl's Algorithm interface on every built-in algorithm: ``compute_gradients(batch, grads_to_cpu)``,
+``apply_gradients(gradients=None)``, ``get_weights()``, ``set_weights(weights)``.
+
+Gradients computed in another process (spawned, holding its own copy of the algorithm with perturbed weights,
+set from the learner's before each step, as Ray's gradient workers do) and applied by the learner give exactly
+the parameters, target copies and step count of the algorithm's own ``update`` on the same data; so do
+``compute_gradients`` then ``apply_gradients()`` in one process. Then Ray's ``mode = "gradients"`` trains sac
+and dqn with two workers, and refuses in one line what it cannot train."""
+
+from __future__ import annotations
+
+import csv
+import math
+import multiprocessing
+
+import pytest
+import ray
+import torch
+
+import rlplug
+from conftest import ROOT, built_algorithm, one_line_error, run_cli
+from rlplug.errors import UserError
+from rlplug.plugins.algorithms.offpolicy.base import OffPolicy
+from rlplug.plugins.runners.ray.gradients import OffPolicyGradients, OnPolicyGradients
+
+pytestmark = pytest.mark.slow
+
+#: off-policy: a small sample, learning at once, several gradient steps (TD3's and CrossQ's delayed actor
+#: steps, and the targets move, within them)
+OFF = ["algorithm.learning_starts=0", "algorithm.batch_size=32", "algorithm.gradient_steps=4"]
+PENDULUM_OFF = [*OFF, "algorithm.steps_per_update=64"]
+#: on-policy: two epochs of two minibatches
+ON = ["algorithm.epochs=2", "algorithm.num_minibatches=2"]
+SURROGATE = """
+[env]
+use = "gym"
+id = "CartPole-v1"
+num_envs = 4
+
+[algorithm]
+use = "surrogate"
+frames_per_batch = 128
+"""
+
+ALGORITHMS = {
+    "ppo": ("cartpole-ppo", ON),
+    "ppo-kl": ("cartpole-ppo-kl", ON),
+    "a2c": ("cartpole-a2c", ON),
+    "vpg": ("cartpole-vpg", ON),
+    "surrogate": (None, ON),
+    "impala": ("cartpole-impala-ray", [*ON, 'runner={use="local"}']),
+    "ddpg": ("pendulum-ddpg", PENDULUM_OFF),
+    "td3": ("pendulum-td3", PENDULUM_OFF),
+    "sac": ("pendulum-sac", PENDULUM_OFF),
+    "redq": ("pendulum-redq", PENDULUM_OFF),
+    "crossq": ("pendulum-crossq", PENDULUM_OFF),
+    "dqn": ("cartpole-dqn", OFF),
+}
+#: the global random stream the losses draw from (SAC's actions, minibatch partitions), the same in each copy
+DRAWS = 7
+
+
+def recipe_path(name: str, tmp_path):
+    recipe, _ = ALGORITHMS[name]
+    if recipe is None:
+        path = tmp_path / f"{name}.toml"
+        path.write_text(SURROGATE)
+        return path
+    return ROOT / "recipes" / f"{recipe}.toml"
+
+
+def gradient_worker(connection, path, overrides) -> None:
+    """A spawned process: its own copy of the algorithm (weights perturbed, so only set_weights makes them
+    right), Ray's worker-side class around it; takes the batch, then answers each step's weights with gradients."""
+    algorithm, _ = built_algorithm(path, 0, overrides)
+    with torch.no_grad():
+        for p in algorithm.parameters:
+            p.add_(0.5)
+    batch, frames, weights = connection.recv()
+    algorithm.set_weights(weights)  # as Ray's worker sets them before its rollout
+    torch.manual_seed(DRAWS)
+    worker = (OffPolicyGradients if isinstance(algorithm, OffPolicy) else OnPolicyGradients)(algorithm, 1)
+    worker.prepare(batch, frames)
+    while (message := connection.recv()) is not None:
+        step, weights = message
+        algorithm.set_weights(weights)
+        connection.send(worker.step(step))
+
+
+def learner_steps(algorithm, batch, gradients_for) -> None:
+    """The learner's side of one update, each step's gradients from ``gradients_for(step, weights)``: as the
+    Ray runner's gradient mode takes it (rlplug.plugins.runners.ray.gradients)."""
+    if isinstance(algorithm, OffPolicy):
+        algorithm.follow_frames(batch.numel())
+        for _ in range(algorithm.config.gradient_steps):
+            algorithm.apply_gradients(gradients_for(algorithm.steps, algorithm.get_weights()))
+        return
+    lr = algorithm.start_update(batch.numel())
+    taken = 0
+
+    def step(index: int, diagnostics: bool):
+        nonlocal taken
+        norms = algorithm.apply_gradients(gradients_for(taken, algorithm.get_weights()))
+        taken += 1
+        return {}, norms.get("grad_norm")
+
+    algorithm.learn(math.ceil(batch.numel() / algorithm.minibatch_size), step, lr, None)
+
+
+def assert_same_state(mine, reference) -> None:
+    theirs = reference.get_weights()
+    assert set(mine.get_weights().keys()) == set(theirs.keys())
+    for key, value in mine.get_weights().items():
+        torch.testing.assert_close(value, theirs.get(key), rtol=1e-5, atol=1e-6, msg=key)
+    for p, q in zip(mine.parameters, reference.parameters):  # the on-policy weights are the parameters alone
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_gradients_from_another_process_equal_the_local_update(name, tmp_path):
+    path, overrides = recipe_path(name, tmp_path), ALGORITHMS[name][1]
+    reference, (batch,) = built_algorithm(path, 0, overrides)
+    learner, _ = built_algorithm(path, 0, overrides)
+    before = [p.detach().clone() for p in reference.parameters]
+    torch.manual_seed(DRAWS)
+    reference.update(batch.clone())
+    assert any(not torch.equal(a, b) for a, b in zip(before, reference.parameters)), "the update moved nothing"
+
+    context = multiprocessing.get_context("spawn")
+    mine, theirs = context.Pipe()
+    process = context.Process(target=gradient_worker, args=(theirs, path, overrides), daemon=True)
+    process.start()
+    try:
+        mine.send((batch.clone(), batch.numel(), learner.get_weights()))
+
+        def remote(step, weights):
+            mine.send((step, weights))
+            if not mine.poll(120):
+                raise TimeoutError("the gradient worker did not answer")
+            return mine.recv().get("grads")
+
+        learner_steps(learner, batch, remote)
+        mine.send(None)
+        process.join(60)
+    finally:
+        if process.is_alive():
+            process.kill()
+    assert process.exitcode == 0
+    assert_same_state(learner, reference)
+
+
+@pytest.mark.parametrize("name", ["ppo", "td3", "sac", "dqn", "crossq"])
+def test_apply_gradients_of_none_takes_the_computed_step(name, tmp_path):
+    """``apply_gradients()`` (pytorchrl's None) steps with what ``compute_gradients`` left in place."""
+    path, overrides = recipe_path(name, tmp_path), ALGORITHMS[name][1]
+    reference, (batch,) = built_algorithm(path, 0, overrides)
+    algorithm, _ = built_algorithm(path, 0, overrides)
+    torch.manual_seed(DRAWS)
+    reference.update(batch.clone())
+    torch.manual_seed(DRAWS)
+    if isinstance(algorithm, OffPolicy):
+        algorithm.start_update(batch.clone())
+        for sample in algorithm.samples():
+            gradients, reported = algorithm.compute_gradients(sample, grads_to_cpu=False)
+            assert all(value.numel() == 1 for value in reported.values())
+            algorithm.apply_gradients()
+    else:
+        lr = algorithm.start_update(batch.numel())
+        prepared = algorithm.prepare(batch.clone(), algorithm.minibatch_size)
+
+        def step(index: int, diagnostics: bool):
+            algorithm.compute_gradients(prepared.minibatch(index))
+            return {}, algorithm.apply_gradients().get("grad_norm")
+
+        algorithm.learn(prepared.steps, step, lr, None)
+    assert_same_state(algorithm, reference)
+    if isinstance(algorithm, OffPolicy):
+        with pytest.raises(RuntimeError, match="compute_gradients first"):
+            algorithm.apply_gradients()  # nothing left to apply
+
+
+def test_the_gradients_cover_every_learner_and_the_delay(tmp_path):
+    """SAC's gradients are the actor's, the critics' and the entropy coefficient's; TD3's actor has none on the
+    steps its delay skips, and its targets move only with the actor."""
+    sac, (batch,) = built_algorithm(recipe_path("sac", tmp_path), 0, ALGORITHMS["sac"][1])
+    sac.start_update(batch)
+    gradients, _ = sac.compute_gradients(sac.sample(32))
+    assert set(gradients.keys()) == {"actor", "critic", "entropy"}
+    assert all(t.device.type == "cpu" for t in gradients.values(include_nested=True, leaves_only=True))
+    assert all(bool(gradients.get(name).get("0").abs().sum() > 0) for name in gradients.keys())
+
+    td3, (batch,) = built_algorithm(recipe_path("td3", tmp_path), 0, ALGORITHMS["td3"][1])
+    td3.start_update(batch)
+    targets = {k: v.clone() for k, v in td3.get_weights().items() if "target" in k}
+    learned = []
+    for _ in range(td3.config.policy_delay):
+        gradients, _ = td3.compute_gradients(td3.sample(32))
+        learned.append(set(gradients.keys()))
+        moved = any(not torch.equal(v, td3.get_weights().get(k)) for k, v in targets.items())
+        assert not moved  # computing moves nothing
+        td3.apply_gradients(gradients)
+    assert learned == [{"critic"}] * (td3.config.policy_delay - 1) + [{"actor", "critic"}]
+    assert any(not torch.equal(v, td3.get_weights().get(k)) for k, v in targets.items())
+
+
+# -- Ray's gradient mode -----------------------------------------------------------------------------------
+
+SMALL = {"run": {"checkpoint_every_frames": 0}, "eval": {"episodes": 2, "every_frames": 0},
+         "loggers": [{"use": "csv"}]}
+GRADIENTS = {"use": "ray", "workers": 2, "mode": "gradients"}
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+@pytest.mark.parametrize("name, algorithm, frames", [
+    ("pendulum-sac", {"steps_per_update": 16, "gradient_steps": 4, "learning_starts": 32, "batch_size": 32}, 128),
+    ("cartpole-dqn", {"steps_per_update": 64, "gradient_steps": 8, "learning_starts": 64, "batch_size": 32}, 256),
+])
+def test_ray_gradient_workers_train_offpolicy(ray_instance, tmp_path, name, algorithm, frames):
+    agent = rlplug.Agent.from_recipe(ROOT / "recipes" / f"{name}.toml", out=tmp_path / "run", runner=GRADIENTS,
+                                     **SMALL, **{"run.total_frames": frames}, algorithm=algorithm)
+    run = agent.run
+    before = {k: v.clone() for k, v in run.algorithm.get_weights().items()}
+    summary = run.train()
+    assert summary["status"] == "finished" and summary["frames"] == frames
+    after = run.algorithm.get_weights()
+    # every update from learning_starts on took its gradient steps (each worker's buffer holds its share of a
+    # batch by then), and the targets moved with them
+    learning = [f for f in range(0, frames, algorithm["steps_per_update"]) if f + algorithm["steps_per_update"] >=
+                algorithm["learning_starts"]]
+    assert run.algorithm.steps == len(learning) * algorithm["gradient_steps"]
+    targets = [k for k in before if k.startswith("loss.") and "target" in k]
+    assert targets and all(not torch.equal(before[k], after.get(k)) for k in targets)
+
+    with (run.run_dir / "metrics.csv").open() as f:
+        rows = [row for row in csv.DictReader(f) if row.get("fps")]
+    last = rows[-1]
+    terms = {"loss_qvalue", "loss_actor", "loss_alpha"} if name == "pendulum-sac" else {"loss", "epsilon"}
+    assert terms <= {k for k, v in last.items() if v}
+    assert float(last["buffer_size"]) == frames  # the workers' buffers together hold every frame collected
+
+
+def test_what_gradient_mode_cannot_train_is_refused_in_one_line(tmp_path):
+    out = tmp_path / "lstm"
+    result = run_cli("run", str(ROOT / "recipes" / "pendulum-ddpg-lstm.toml"), "--set", "runner.use=ray",
+                     "--set", "runner.mode=gradients", "--out", str(out), timeout=120)
+    one_line_error(result, "runner.mode", "sequences", "mode = 'experience'")
+    assert not out.exists()  # refused before the run directory is made
+    with pytest.raises(UserError, match="steps_per_update"):  # one env and one step cannot split over two
+        rlplug.Agent.from_recipe(ROOT / "recipes" / "pendulum-sac.toml", out=tmp_path / "sac", runner=GRADIENTS,
+                                 **SMALL)
