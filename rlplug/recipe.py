@@ -143,7 +143,7 @@ class Recipe:
         """The recipe with every default filled in and every component qualified, as TOML data."""
         from rlplug.version import __version__
 
-        tables = {
+        tables: dict[str, Any] = {
             "run": vars(self.run), "eval": {**vars(self.eval), "env": self.eval.env and self.eval.env.resolved()},
             "env": self.env.resolved(),
             "algorithm": self.algorithm.resolved(), "loggers": [logger.resolved() for logger in self.loggers],

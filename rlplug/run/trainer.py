@@ -166,7 +166,7 @@ class Run:
         metrics = self.guarded_update(batch)
         self.collector.sync_weights()
         if not schedule.log_due(previous, self.frames, self.recipe.run.log_every_frames):
-            return
+            return metrics  # callbacks hear of every update; the loggers only at their cadence
         recent = tracker.recent_return()
         runner_metrics = capability(self.collector, protocols.Collector.metrics)
         metrics = {"fps": (self.frames - frames_before) / (time.perf_counter() - started),
