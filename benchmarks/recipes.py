@@ -38,6 +38,8 @@ RECIPES = {
     "cartpole-dqn": (400, "rl-baselines3-zoo DQN, 50k steps: 500.0 +- 0.0"),
     "pendulum-crossq": (-250, "the CrossQ paper evaluates on MuJoCo, not Pendulum; compare pendulum-sac"),
     "pendulum-redq": (-250, "the REDQ paper evaluates on MuJoCo, not Pendulum; compare pendulum-sac"),
+    "cartpole-novel-ppo-lstm": (475, "rl-baselines3-zoo RecurrentPPO on CartPoleNoVel-v1, 100k steps: "
+                                     "benchmarks/versus_sb3.py --workload ppo-lstm-cartpole-novel"),
 }
 
 
