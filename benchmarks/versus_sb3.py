@@ -4,8 +4,8 @@ Workloads: ``ppo-cartpole`` (the canonical recipe against SB3 PPO with the same 
 hyperparameters), ``ddpg-pendulum`` (``recipes/pendulum-ddpg.toml`` against SB3 DDPG with the recipe's
 hyperparameters) and ``dqn-cartpole`` (``recipes/cartpole-dqn.toml`` against SB3 DQN with the zoo's settings the
 recipe starts from) and ``ppo-lstm-cartpole-novel`` (``recipes/cartpole-novel-ppo-lstm.toml`` against
-sb3-contrib's RecurrentPPO with the recipe's hyperparameters). Each training run is a whole child process, so the numbers include interpreter
-start-up, imports and evaluation: what a user waits for. The runs alternate
+sb3-contrib's RecurrentPPO with the recipe's hyperparameters). Each training run is a whole child process, so
+the numbers include interpreter start-up, imports and evaluation: what a user waits for. The runs alternate
 (rlplug, sb3, rlplug, sb3, ...) so that drift on a shared, noisy machine hits both
 systems alike, and results are reported as medians with min-max and as ratios
 rather than as absolute times.

@@ -11,9 +11,9 @@ import math
 
 import pytest
 import torch
+from conftest import ROOT, one_line_error, run_cli
 
 import rlplug
-from conftest import ROOT, one_line_error, run_cli
 from rlplug.core.collect import Collector
 from rlplug.core.recurrent import RecurrentNetwork, stepped_values
 from rlplug.plugins.algorithms.onpolicy.base import log_prob_and_entropy
@@ -28,7 +28,8 @@ SMALL = {"run.total_frames": 512, "env.num_envs": 4, "env.max_episode_steps": 10
          "eval.every_frames": 0, "loggers": [{"use": "csv"}]}
 CLI_SMALL = ["run.total_frames=512", "env.num_envs=4", "algorithm.frames_per_batch=128", "algorithm.sequence_length=8",
              "algorithm.minibatch_size=64", "algorithm.epochs=2", "algorithm.policy.hidden_size=16",
-             "algorithm.critic.hidden_size=16", "eval.episodes=2", "eval.every_frames=0", "run.checkpoint_every_frames=256"]
+             "algorithm.critic.hidden_size=16", "eval.episodes=2", "eval.every_frames=0",
+             "run.checkpoint_every_frames=256"]
 SAC_GRU = ["run.total_frames=400", "env.num_envs=2", "env.observation_indices=[0,1]", "env.max_episode_steps=50",
            'algorithm.policy={use="gru", hidden_size=16, hidden=[16]}',
            'algorithm.critic={use="gru", hidden_size=16, hidden=[16]}', "algorithm.batch_size=64",
@@ -123,14 +124,15 @@ def test_the_update_learns_from_sequences(tmp_path):
 @pytest.mark.slow
 def test_ppo_lstm_trains_resumes_and_ends_as_the_run_left_alone(tmp_path):
     """A few iterations with 4 envs; stopped at a checkpoint and resumed, it ends with the parameters of the
-    same run left alone."""
+    same run left alone (schedules off: they follow run.total_frames, which the stopped run lowers)."""
     whole, part = tmp_path / "whole", tmp_path / "part"
-    result = run_cli("run", str(RECIPE), "--out", str(whole), *sets(CLI_SMALL))
+    small = [*CLI_SMALL, "algorithm.anneal_lr=false", "algorithm.anneal_clip=false"]
+    result = run_cli("run", str(RECIPE), "--out", str(whole), *sets(small))
     assert result.returncode == 0, result.stderr
     with open(whole / "metrics.csv") as handle:
-        rows = list(csv.DictReader(handle))
+        rows = [row for row in csv.DictReader(handle) if row.get("loss_objective")]  # the updates' rows
     assert len(rows) >= 4 and all(math.isfinite(float(row["loss_objective"])) for row in rows)
-    result = run_cli("run", str(RECIPE), "--out", str(part), *sets([*CLI_SMALL, "run.total_frames=256"]))
+    result = run_cli("run", str(RECIPE), "--out", str(part), *sets([*small, "run.total_frames=256"]))
     assert result.returncode == 0, result.stderr
     result = run_cli("resume", str(part), "--set", "run.total_frames=512")
     assert result.returncode == 0, result.stderr

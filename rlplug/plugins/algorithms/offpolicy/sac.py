@@ -47,16 +47,16 @@ class SACObjective(TargetCritics, EntropyTerms):
                  alpha_init: float = 1.0, learn_alpha: bool = True, target_entropy: float = -1.0, burn_in: int = 0):
         super().__init__(actor, critics, gamma=gamma, observation_key=observation_key, burn_in=burn_in)
         # a recurrent actor's distribution is its head's, on the features its core gives along a sequence
-        self.keep_entropy(actor.head if isinstance(actor, RecurrentNetwork) else actor, alpha_init, learn_alpha,
-                          target_entropy)
+        self.recurrent_actor = actor if isinstance(actor, RecurrentNetwork) else None
+        self.keep_entropy(actor.head if self.recurrent_actor else actor, alpha_init, learn_alpha, target_entropy)
         self.keep_targets()
 
     def sample_actions(self, observation) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`EntropyTerms.sample_actions`, on an :class:`ObservationSequence` too (the actor's core reads
         the whole sequence, its head the steps that count); log-probabilities shaped as the critics' values."""
-        if isinstance(observation, ObservationSequence):
-            actor = self.actor_network
-            observation = observation.select(actor.sequence_features(observation.observations, observation.is_init))
+        if isinstance(observation, ObservationSequence) and self.recurrent_actor is not None:
+            features = self.recurrent_actor.sequence_features(observation.observations, observation.is_init)
+            observation = observation.select(features)
         action, log_prob = super().sample_actions(observation)
         return action, log_prob.reshape(*action.shape[:-1], 1)
 
