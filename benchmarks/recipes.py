@@ -40,6 +40,8 @@ RECIPES = {
     "pendulum-redq": (-250, "the REDQ paper evaluates on MuJoCo, not Pendulum; compare pendulum-sac"),
     "pendulum-mpo": (-250, "no zoo entry; the MPO paper evaluates on the DeepMind control suite; compare "
                            "pendulum-sac"),
+    "cartpole-novel-ppo-lstm": (475, "rl-baselines3-zoo RecurrentPPO on CartPoleNoVel-v1, 100k steps: "
+                                     "benchmarks/versus_sb3.py --workload ppo-lstm-cartpole-novel"),
 }
 
 

@@ -3,8 +3,9 @@
 Workloads: ``ppo-cartpole`` (the canonical recipe against SB3 PPO with the same rl-baselines3-zoo
 hyperparameters), ``ddpg-pendulum`` (``recipes/pendulum-ddpg.toml`` against SB3 DDPG with the recipe's
 hyperparameters) and ``dqn-cartpole`` (``recipes/cartpole-dqn.toml`` against SB3 DQN with the zoo's settings the
-recipe starts from). Each training run is a whole child process, so the numbers include interpreter
-start-up, imports and evaluation: what a user waits for. The runs alternate
+recipe starts from) and ``ppo-lstm-cartpole-novel`` (``recipes/cartpole-novel-ppo-lstm.toml`` against
+sb3-contrib's RecurrentPPO with the recipe's hyperparameters). Each training run is a whole child process, so
+the numbers include interpreter start-up, imports and evaluation: what a user waits for. The runs alternate
 (rlplug, sb3, rlplug, sb3, ...) so that drift on a shared, noisy machine hits both
 systems alike, and results are reported as medians with min-max and as ratios
 rather than as absolute times.
@@ -60,6 +61,10 @@ WORKLOADS = {
     # (double DQN, a cosine learning rate, 256 gradient steps a round: benchmarks/peers/sb3_dqn_cartpole.py)
     "dqn-cartpole": Workload("recipes/cartpole-dqn.toml", "benchmarks/peers/sb3_dqn_cartpole.py", 50_000, 400.0,
                              same_work=("eval.every_frames=0",)),
+    # 475: the recipe's threshold; sb3-contrib's RecurrentPPO with the recipe's hyperparameters
+    "ppo-lstm-cartpole-novel": Workload("recipes/cartpole-novel-ppo-lstm.toml",
+                                        "benchmarks/peers/sb3_recurrent_ppo_cartpole_novel.py", 100_000, 475.0,
+                                        same_work=("eval.every_frames=0",)),
 }
 SYSTEMS = ("rlplug", "sb3")
 STDERR_TAIL_LINES = 40

@@ -144,7 +144,7 @@ def test_bad_observation_indices_are_one_line_errors(params, fragments):
     ({"algorithm.batch_size": 30}, ["algorithm.batch_size", "multiple of sequence_length"]),
     ({"algorithm.policy": {"use": "mlp"}}, ["algorithm.policy", "recurrent critic needs a recurrent actor"]),
     ({"algorithm.replay_buffer": {"use": "prioritized", "capacity": 100}}, ["algorithm.replay_buffer", "uniform"]),
-    ({"algorithm": {"use": "sac", "policy": {"use": "gru"}}}, ["algorithm.policy", "not the role 'policy'"]),
+    ({"algorithm": {"use": "crossq", "policy": {"use": "gru"}}}, ["algorithm.policy", "single transitions", "sac"]),
     ({"algorithm.loss": {"use": "DDPGLoss"}}, ["algorithm.loss", "recurrent networks", "ddpg-loss"]),
 ])
 def test_recipe_mistakes_are_one_line_errors_naming_the_key(tmp_path, overrides, fragments):
@@ -154,11 +154,11 @@ def test_recipe_mistakes_are_one_line_errors_naming_the_key(tmp_path, overrides,
     assert "\n" not in message and all(f in message for f in fragments), message
 
 
-@pytest.mark.parametrize("algorithm, offered", [("sac", False), ("crossq", False), ("redq", False), ("dqn", False),
-                                                 ("ddpg", True), ("td3", True)])
+@pytest.mark.parametrize("algorithm, offered", [("crossq", False), ("redq", False), ("dqn", False),
+                                                 ("ddpg", True), ("td3", True), ("sac", True)])
 def test_sequence_keys_are_offered_only_to_the_algorithms_that_learn_from_sequences(tmp_path, algorithm, offered):
-    """DDPG and TD3 learn from sequences; the others are not offered sequence_length or burn_in (keys that would
-    do nothing), so setting one is the unknown-key error naming it."""
+    """DDPG, TD3 and SAC learn from sequences; the other off-policy algorithms are not offered sequence_length or
+    burn_in (keys that would do nothing), so setting one is the unknown-key error naming it."""
     for key in ("sequence_length", "burn_in"):
         path = tmp_path / f"{key}.toml"
         path.write_text(f'[env]\nuse = "gym"\nid = "Pendulum-v1"\n[algorithm]\nuse = "{algorithm}"\n{key} = 1\n')

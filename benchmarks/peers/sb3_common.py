@@ -26,9 +26,11 @@ EVAL_EPISODES = 10
 
 
 def run_peer(build_model: Callable[[int], object], *, name: str, env_id: str, default_frames: int,
-             description: str, argv: list[str] | None = None) -> int:
+             description: str, argv: list[str] | None = None,
+             make_eval_env: Callable[[object], object] | None = None) -> int:
     """Train ``build_model(seed)`` for ``--frames``, evaluate it deterministically over 10 episodes of a fresh
-    env (seeded apart from the training envs), and write ``--json-out``."""
+    env (seeded apart from the training envs), and write ``--json-out``. ``make_eval_env(model)``: that env,
+    where ``gym.make(env_id)`` is not it (a wrapped env, or one that shares the model's normalisation)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--frames", type=int, default=default_frames, help="environment steps to train for")
     parser.add_argument("--seed", type=int, default=0)
@@ -40,8 +42,11 @@ def run_peer(build_model: Callable[[int], object], *, name: str, env_id: str, de
     model.learn(total_timesteps=args.frames)
     train_wall_time_s = time.perf_counter() - start
 
-    eval_env = Monitor(gym.make(env_id))
-    eval_env.reset(seed=args.seed + 10_000)
+    eval_env = Monitor(gym.make(env_id)) if make_eval_env is None else make_eval_env(model)
+    if hasattr(eval_env, "num_envs"):  # a VecEnv: seeded for its next reset
+        eval_env.seed(args.seed + 10_000)
+    else:
+        eval_env.reset(seed=args.seed + 10_000)
     mean_return, std_return = evaluate_policy(model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True)
     eval_env.close()
 

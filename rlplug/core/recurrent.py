@@ -1,4 +1,6 @@
-"""Recurrent (LSTM, GRU) networks for DDPG and TD3: memory for partially observed envs.
+"""Recurrent (LSTM, GRU) networks: memory for partially observed envs, for DDPG, TD3 and SAC (learning from
+replayed sequences) and the on-policy family (PPO, A2C, VPG, the surrogate, PPO-KL: learning from the batch's
+sequences).
 
 Where the hidden state lives, and when it restarts:
 
@@ -8,11 +10,16 @@ Where the hidden state lives, and when it restarts:
   step of an episode) and the module's ``TensorDictPrimer`` (the state in the env's specs, zeros at every
   reset). The core zeroes the incoming state wherever ``is_init`` is set, so an episode that ends (terminated
   or truncated) never passes its memory on. Collection and evaluation both go this way (TensorDict road).
-- learning: the replay buffer stores each transition with its episode id and step
+- learning off-policy: the replay buffer stores each transition with its episode id and step
   (:meth:`rlplug.plugins.replay_buffers.buffers.ReplayBuffer.sample_sequences`, TorchRL's ``SliceSampler``), and
   samples sequences of consecutive steps of one episode. The core reads a sequence in TorchRL's recurrent mode from
   a zero state (``is_init`` set on its first step), the first ``burn_in`` steps only warming it up (R2D2's zero-state
   burn-in; the acting state is not stored, so a stored-state start is not possible for the critics).
+- learning on-policy: the ``[envs, time]`` batch holds the state each step started from, so each env's row is cut
+  into sequences that start from their collection-time state (:meth:`RecurrentNetwork.sequence_outputs`): the
+  policy's log-probabilities before any step are the collection's, exactly. A recurrent critic does not act, so
+  :func:`stepped_values` steps it along the rows once per batch to give its values and the states the sequences
+  start from.
 
 :class:`ObservationSequence` is how a sampled sequence reaches the algorithm's unchanged gradient step: it
 stands where the observation tensor stands, and :func:`sequence_function` turns every network (recurrent or
@@ -39,8 +46,8 @@ from rlplug.core.layers import Init, build_layers
 from rlplug.errors import UserError
 
 Cell = Literal["lstm", "gru"]
-#: The roles a recurrent network can take: the actor and the critic of DDPG and TD3.
-RECURRENT_ROLES = ("deterministic_policy", "q_value")
+#: The roles a recurrent network can take: actors and critics (not DQN's Q-values of every action).
+RECURRENT_ROLES = ("deterministic_policy", "q_value", "policy", "value")
 CORES = (LSTMModule, GRUModule)
 
 
@@ -60,6 +67,8 @@ class RecurrentNetwork(TensorDictSequential):
         super().__init__(core, head)
         self.core, self.head, self.observation_key = core, head, observation_key
         self.features_key = core.out_keys[0]
+        #: the TensorDict entries of the hidden state (``<role>_h``, and ``<role>_c`` for an LSTM)
+        self.state_keys: list[str] = list(core.in_keys[1:-1])
 
     def forward(self, tensordict: TensorDictBase, *args, **kwargs) -> TensorDictBase:
         if "is_init" not in tensordict.keys():
@@ -75,6 +84,19 @@ class RecurrentNetwork(TensorDictSequential):
         with set_recurrent_mode(True):
             return self.core(data).get(self.features_key)
 
+    def sequence_outputs(self, sequences: TensorDictBase) -> torch.Tensor:
+        """The core's features along ``[batch, time]`` ``sequences`` holding the observations, ``is_init`` and
+        the state each step started from: each sequence starts from its first step's state (zeros where an
+        episode starts) and restarts wherever ``is_init`` is set."""
+        is_init = sequences.get("is_init")
+        data = TensorDict({self.observation_key: sequences.get(self.observation_key), "is_init": is_init},
+                          batch_size=sequences.batch_size[:2])
+        for key in self.state_keys:
+            state = sequences.get(key)
+            data.set(key, torch.where(is_init.unsqueeze(-1), torch.zeros_like(state), state))
+        with set_recurrent_mode(True):
+            return self.core(data).get(self.features_key)
+
 
 def make_recurrent(cell: Cell, *, observation_spec: Composite, action_spec: TensorSpec, role: str,
                    hidden_size: int, num_layers: int, head_layers: list[dict], init: Init,
@@ -85,8 +107,8 @@ def make_recurrent(cell: Cell, *, observation_spec: Composite, action_spec: Tens
     (Q(h_t, a_t)), so the actor loss reuses one pass of the critic's core.
     """
     if role not in RECURRENT_ROLES:
-        raise UserError(f"{cell} networks serve ddpg and td3 (an actor or a critic of the observation and the "
-                        f"action), not the role '{role}'; use mlp here")
+        raise UserError(f"{cell} networks serve actors and critics (ppo, a2c, vpg, surrogate, ppo-kl, sac, ddpg, "
+                        f"td3), not the role '{role}'; use mlp here")
     shape = observation_shape(observation_spec)
     if len(shape) != 1:
         raise UserError(f"{cell} networks read one-dimensional observations, got shape {list(shape)}; "
@@ -110,6 +132,42 @@ def with_recurrent_state(env: EnvBase, policy: nn.Module) -> EnvBase:
     (wrapped around ``env``, which stays as it is: its own transforms are not unwrapped and copied)."""
     return TransformedEnv(env, Compose(InitTracker(), get_primers_from_module(policy, warn=False)),
                           auto_unwrap=False)
+
+
+@torch.no_grad()
+def stepped_values(network: RecurrentNetwork, batch: TensorDictBase,
+                   start: list[torch.Tensor] | None) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """A recurrent critic stepped along ``batch``'s ``[envs, time]`` rows as if it had acted: each step's value,
+    the value of its next observation (from the state after the step: bootstraps at truncation are right), and
+    the state each step started from written under the critic's state keys (zeros where ``is_init``). ``start``:
+    the state the rows start from (the one returned for the previous batch of the same envs; None: zeros).
+    Returns the values, the next values and the state after the rows' last steps."""
+    key, envs = network.observation_key, batch.batch_size[:1]
+    observations, following = batch.get(key), batch.get(("next", key))
+    is_init = batch.get("is_init")
+    state = start if start is not None else zero_state(network, envs[0], observations.device)
+    started: list[list[torch.Tensor]] = [[] for _ in network.state_keys]
+    values, next_values = [], []
+    for t in range(observations.shape[1]):
+        state = [torch.where(is_init[:, t].unsqueeze(-1), torch.zeros_like(s), s) for s in state]
+        for kept, s in zip(started, state):
+            kept.append(s)
+        step = network.core(TensorDict({key: observations[:, t], "is_init": is_init[:, t],
+                                        **dict(zip(network.state_keys, state))}, batch_size=envs))
+        values.append(network.head(step).get(network.head.out_keys[0]))
+        state = [step.get(("next", k)) for k in network.state_keys]
+        ahead = network.core(TensorDict({key: following[:, t], "is_init": torch.zeros_like(is_init[:, t]),
+                                         **dict(zip(network.state_keys, state))}, batch_size=envs))
+        next_values.append(network.head(ahead).get(network.head.out_keys[0]))
+    for name, kept in zip(network.state_keys, started):
+        batch.set(name, torch.stack(kept, 1))
+    return torch.stack(values, 1), torch.stack(next_values, 1), state
+
+
+def zero_state(network: RecurrentNetwork, envs: int, device: torch.device) -> list[torch.Tensor]:
+    """A fresh hidden state of ``network`` for ``envs`` envs: ``[envs, num_layers, hidden_size]`` per key."""
+    cell = network.core.lstm if isinstance(network.core, LSTMModule) else network.core.gru
+    return [torch.zeros(envs, cell.num_layers, cell.hidden_size, device=device) for _ in network.state_keys]
 
 
 # -- learning from sequences -----------------------------------------------------------------------------
@@ -156,4 +214,4 @@ def sequence_function(network: TensorDictModuleBase, in_keys: list):
 
 
 __all__ = ["RecurrentNetwork", "ObservationSequence", "is_recurrent", "make_recurrent", "sequence_function",
-           "with_recurrent_state"]
+           "stepped_values", "with_recurrent_state"]

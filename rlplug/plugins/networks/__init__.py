@@ -1,6 +1,6 @@
 """Policy and value networks sized from the env's specs: an MLP, any stack of torch.nn layers, a convolutional
-network for image (and image-plus-vector) observations, and recurrent (LSTM, GRU) actors and critics for DDPG
-and TD3.
+network for image (and image-plus-vector) observations, and recurrent (LSTM, GRU) actors and critics (the
+on-policy family but IMPALA, SAC, DDPG, TD3).
 
 All share one output-layer-and-head path (:func:`rlplug.core.heads.with_head`); the feedforward ones also the
 continuous-head options ``log_std``, ``log_std_init`` and ``squash`` (see :mod:`rlplug.core.heads`). The
@@ -203,8 +203,9 @@ def recurrent_factory(cell: Literal["lstm", "gru"]):
                               init=init, device=device)
 
     make.__name__ = make.__qualname__ = f"make_{cell}"
-    make.__doc__ = (f"An {label} over the observations, then an MLP head: a DDPG / TD3 actor or critic with memory "
-                    f"(the hidden state is carried across steps in the TensorDict and reset where episodes end).")
+    make.__doc__ = (f"An {label} over the observations, then an MLP head: an actor or critic with memory (ppo, a2c, "
+                    f"vpg, surrogate, ppo-kl, sac, ddpg, td3); the hidden state is carried across steps in the "
+                    f"TensorDict and reset where episodes end.")
     return make
 
 

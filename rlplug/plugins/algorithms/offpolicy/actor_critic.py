@@ -16,6 +16,7 @@ from rlplug.plugins.algorithms.offpolicy.base import OffPolicy
 from rlplug.plugins.algorithms.offpolicy.config import (
     ActorCriticConfigs,
     CrossQConfig,
+    REDQConfig,
     SACConfig,
     SequencesConfig,
     TD3Config,
@@ -62,7 +63,7 @@ class ActorCritic(OffPolicy):
         config = self.config
         if not isinstance(config, SequencesConfig):
             raise UserError(f"{type(self).__name__.lower()} learns from single transitions; recurrent networks (lstm, "
-                            f"gru) learn from sequences with ddpg or td3", path="algorithm.policy")
+                            f"gru) learn from sequences with ddpg, td3 or sac", path="algorithm.policy")
         if config.burn_in >= config.sequence_length:
             raise UserError(f"must be less than sequence_length ({config.sequence_length}), got {config.burn_in}",
                             path="algorithm.burn_in")
@@ -87,7 +88,7 @@ class Stochastic(ActorCritic):
     """An actor that explores by sampling its policy, with an entropy coefficient (``entropy_lr``; unset: the
     critic's learning rate) tuned towards a target entropy (SAC, CrossQ)."""
 
-    config: SACConfig | CrossQConfig
+    config: SACConfig | REDQConfig | CrossQConfig
     actor_role = "policy"
     learner_names = ("actor", "critic", "entropy")
 

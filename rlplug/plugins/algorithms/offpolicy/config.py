@@ -10,7 +10,7 @@ already has one (the on-policy algorithms' ``lr``, ``lr_schedule``, ``max_grad_n
 by option, is in ``docs/from-skrl.md``.
 
 rlplug adds ``steps_per_update`` (env steps per update: ``frames_per_batch = num_envs x steps_per_update``),
-``optimizer`` and ``optimizer_kwargs`` (as the on-policy algorithms have them), and for DDPG and TD3 with
+``optimizer`` and ``optimizer_kwargs`` (as the on-policy algorithms have them), and for DDPG, TD3 and SAC with
 recurrent networks (``lstm``, ``gru``: :mod:`rlplug.core.recurrent`) ``sequence_length`` and ``burn_in``: each
 gradient step samples ``batch_size / sequence_length`` sequences of consecutive steps of one episode, and
 learns from all but their first ``burn_in`` steps.
@@ -118,7 +118,7 @@ class ActorCriticConfig(OffPolicyConfig):
 
 @dataclass(frozen=True)
 class SequencesConfig:
-    """Recurrent networks (lstm, gru) learning from sequences of one episode's steps (DDPG's and TD3's)."""
+    """Recurrent networks (lstm, gru) learning from sequences of one episode's steps (DDPG's, TD3's, SAC's)."""
 
     #: recurrent networks (lstm, gru) only: steps per sampled sequence; batch_size counts steps and must be
     #: a multiple of it (batch_size / sequence_length sequences per gradient step)
@@ -180,15 +180,20 @@ class TD3Config(DelayedActorConfig, SequencesConfig, PolyakTargets, ActorCriticC
 
 
 @dataclass(frozen=True)
-class SACConfig(PolyakTargets, EntropyConfig):
-    """Soft actor-critic: a tanh-Gaussian actor, twin critics, an automatically tuned entropy coefficient."""
+class SoftActorCriticConfig(PolyakTargets, EntropyConfig):
+    """What SAC and REDQ share: a tanh-Gaussian actor, critics with target copies, a tuned entropy coefficient."""
 
     #: what each gradient step minimises: rlplug's SAC loss, or TorchRL's SACLoss (built with these networks)
     loss: SAC_LOSS = named(Loss, "sac-loss")
 
 
 @dataclass(frozen=True)
-class REDQConfig(SACConfig):
+class SACConfig(SequencesConfig, SoftActorCriticConfig):
+    """Soft actor-critic: a tanh-Gaussian actor, twin critics, an automatically tuned entropy coefficient."""
+
+
+@dataclass(frozen=True)
+class REDQConfig(SoftActorCriticConfig):
     """Randomized ensembled double Q-learning: SAC with an ensemble of critics, many gradient steps per env step.
 
     Each critic's target is the lowest of a random subset of the target critics; the actor ascends their mean."""

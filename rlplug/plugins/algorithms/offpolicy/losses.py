@@ -249,7 +249,7 @@ class EntropyTerms(ActorCriticLoss):
             log_prob = dist.log_prob(action)
         return action, log_prob.float().reshape(-1, 1)
 
-    def actor_terms(self, observation: torch.Tensor, action: torch.Tensor, log_prob: torch.Tensor,
+    def actor_terms(self, observation: torch.Tensor | ObservationSequence, action: torch.Tensor, log_prob: torch.Tensor,
                     alpha: torch.Tensor) -> dict[str, torch.Tensor]:
         """For ``action`` drawn from the actor at ``observation``: ``loss_actor`` ``alpha log pi(a|s) - min Q(s,
         a)`` (the critics held still), alpha and the entropy, ``loss_alpha`` ``-log alpha (log pi(a|s) + target

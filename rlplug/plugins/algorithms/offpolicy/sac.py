@@ -6,7 +6,10 @@ alpha by ``-log alpha (log pi(a|s) + target entropy)`` (``loss_alpha``); the ent
 rate is ``entropy_lr`` (unset: the critic's).
 
 The actor is the ``policy`` role of any network (``mlp`` with ``log_std = "state"`` and ``squash = "tanh"``
-is the usual SAC actor); evaluation takes its deterministic action (the squashed mean).
+is the usual SAC actor); evaluation takes its deterministic action (the squashed mean). With recurrent networks
+(``lstm``, ``gru``) it learns from replayed sequences as DDPG and TD3 do (``sequence_length``, ``burn_in``:
+:mod:`rlplug.core.recurrent`): the actor's and the critics' cores read each sequence, every term the steps after
+the burn-in.
 
 Here: the algorithm (:class:`SAC`), rlplug's loss (:class:`SACObjective`, ``sac-loss``) and the builds of both
 losses a recipe may choose (:func:`objective`, :func:`torchrl_loss`: TorchRL's ``SACLoss``).
@@ -18,22 +21,22 @@ from typing import Any
 
 import torch
 
+from rlplug.core.recurrent import ObservationSequence, RecurrentNetwork
 from rlplug.plugins.algorithms.offpolicy.actor_critic import Stochastic
-from rlplug.plugins.algorithms.offpolicy.config import SACConfig
+from rlplug.plugins.algorithms.offpolicy.config import REDQConfig, SACConfig
 from rlplug.plugins.algorithms.offpolicy.losses import (
     EntropyTerms,
     Sample,
     TargetCritics,
     default_target_entropy,
     refuse_sequences,
-    single_transitions,
     with_learners,
 )
 from rlplug.registry.networks import ActorCriticNetworks
 
 
 class SAC(Stochastic):
-    config: SACConfig
+    config: SACConfig | REDQConfig
     critics = 2
 
 
@@ -41,14 +44,24 @@ class SACObjective(TargetCritics, EntropyTerms):
     """SAC's loss: the soft critics on their target copies, the actor, the entropy coefficient."""
 
     def __init__(self, actor, critics: list, *, gamma: float, observation_key: str = "observation",
-                 alpha_init: float = 1.0, learn_alpha: bool = True, target_entropy: float = -1.0):
-        super().__init__(actor, critics, gamma=gamma, observation_key=observation_key)
-        self.keep_entropy(actor, alpha_init, learn_alpha, target_entropy)
+                 alpha_init: float = 1.0, learn_alpha: bool = True, target_entropy: float = -1.0, burn_in: int = 0):
+        super().__init__(actor, critics, gamma=gamma, observation_key=observation_key, burn_in=burn_in)
+        # a recurrent actor's distribution is its head's, on the features its core gives along a sequence
+        self.recurrent_actor = actor if isinstance(actor, RecurrentNetwork) else None
+        self.keep_entropy(actor.head if self.recurrent_actor else actor, alpha_init, learn_alpha, target_entropy)
         self.keep_targets()
 
+    def sample_actions(self, observation) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`EntropyTerms.sample_actions`, on an :class:`ObservationSequence` too (the actor's core reads
+        the whole sequence, its head the steps that count); log-probabilities shaped as the critics' values."""
+        if isinstance(observation, ObservationSequence) and self.recurrent_actor is not None:
+            features = self.recurrent_actor.sequence_features(observation.observations, observation.is_init)
+            observation = observation.select(features)
+        action, log_prob = super().sample_actions(observation)
+        return action, log_prob.reshape(*action.shape[:-1], 1)
+
     def terms(self, sample: Sample) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        observation = single_transitions(sample.observation, "sac")
-        next_observation = single_transitions(sample.next_observation, "sac")
+        observation, next_observation = sample.observation, sample.next_observation
         alpha = self.log_alpha.detach().exp()
         action, log_prob = self.sample_actions(observation)
         with torch.no_grad():
@@ -63,7 +76,8 @@ def objective(networks: ActorCriticNetworks, settings: Any, observation_spec, ac
     actor = networks["policy"]
     return SACObjective(actor, networks["critics"], gamma=settings.gamma, observation_key=actor.in_keys[0],
                         alpha_init=settings.initial_entropy_coef, learn_alpha=settings.learn_entropy_coef,
-                        target_entropy=default_target_entropy(settings, observation_spec, action_spec))
+                        target_entropy=default_target_entropy(settings, observation_spec, action_spec),
+                        burn_in=getattr(settings, "burn_in", 0))
 
 
 def entropy_defaults(settings: Any) -> dict[str, Any]:

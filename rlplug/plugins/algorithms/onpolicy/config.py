@@ -73,6 +73,10 @@ class OnPolicyConfig:
     value_clip: Positive | None = None
     #: standardise advantages (per minibatch, or per batch when it is one minibatch)
     normalize_advantages: bool = True
+    #: recurrent policies (lstm, gru) only: steps per sequence each env's batch row is cut into (it must divide
+    #: frames_per_batch / num_envs; unset: the whole row); minibatches hold minibatch_size / sequence_length
+    #: whole sequences
+    sequence_length: Count | None = None
 
     def schedule(self) -> str:
         if self.anneal_lr and self.lr_schedule not in ("constant", "linear"):

@@ -27,6 +27,8 @@ class IMPALA(OnPolicy):
     config: ImpalaConfig
     #: the ray runner collects asynchronously for it: actors never wait for the learner
     asynchronous = True
+    #: V-trace scores the taken actions step by step: no sequences of recurrent networks
+    learns_sequences = False
 
     @torch.no_grad()
     def estimate(self, batch: TensorDictBase) -> TensorDictBase:

@@ -13,6 +13,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 
 from rlplug.core.episodes import EpisodeTracker
+from rlplug.core.recurrent import is_recurrent
 from rlplug.core.transformed import env_rewards
 from rlplug.errors import UserError, WorkersLost
 from rlplug.plugins.runners.ray.cluster import check_resources, connect_ray, lost_errors, ray_module
@@ -55,6 +56,9 @@ class RayCollection:
     """
 
     def __init__(self, runner, env, policy, frames_per_batch: int, seed: int, *, recipe, algorithm=None):
+        if is_recurrent(policy):
+            raise UserError("recurrent networks (lstm, gru) carry each env's hidden state from batch to batch, which "
+                            "the ray runner's workers do not keep; use the local runner", path="runner.use")
         self.runner, self.policy, self.seed, self.recipe = runner, policy, seed, recipe
         self.algorithm = algorithm
         self.device = torch.device(recipe.run.device)
