@@ -25,6 +25,7 @@ import math
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
