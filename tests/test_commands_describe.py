@@ -251,7 +251,7 @@ def test_init_writes_a_commented_recipe_that_runs(tmp_path, algorithm):
     data = tomllib.loads(text)
 
     assert set(data["run"]) == {"seed", "total_frames", "device", "num_threads", "compile", "checkpoint_every_frames",
-                                "keep_checkpoints"}
+                                "keep_checkpoints", "log_every_frames"}
     assert set(data["eval"]) == {"every_frames", "episodes", "video"}
     assert data["env"]["use"] == "gym" and data["env"]["id"] == "CartPole-v1" and data["env"]["num_envs"] == 1
     assert data["algorithm"]["use"] == algorithm

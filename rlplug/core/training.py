@@ -8,9 +8,11 @@ import math
 import operator
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from tensordict import TensorDict, TensorDictBase
 
 from rlplug.errors import UserError
 from rlplug.registry import protocols
@@ -281,3 +283,47 @@ def compile_update(algorithm: Any, title: str) -> None:
         raise UserError(f"{title} does not declare compile_update, so run.compile cannot compile its update; "
                         f"set run.compile = false", path="run.compile")
     compile_own()
+
+
+@dataclass
+class Prepared:
+    """A batch made ready for the epochs: the flat tensors the loss reads, split into a fresh random partition
+    of minibatches each epoch (the last may be smaller; one minibatch as large as the batch is the batch)."""
+
+    data: dict[str, torch.Tensor]
+    minibatch_size: int
+    #: of the critic's values at collection time against the value targets (None without a critic)
+    explained_variance: float | None
+    order: list[torch.Tensor] = field(default_factory=list, repr=False)
+    #: the steps of each sequence where the data are sequences (``[sequences, steps, ...]``: a recurrent policy's)
+    sequence_length: int | None = None
+
+    def rows(self, size: int) -> list[int]:
+        """The TensorDict batch size of ``size`` rows: a sequence's steps are a second batch dim."""
+        return [size] if self.sequence_length is None else [size, self.sequence_length]
+
+    @property
+    def length(self) -> int:
+        return len(self.data["advantage"])
+
+    @property
+    def steps(self) -> int:
+        """Minibatches per epoch."""
+        return math.ceil(self.length / self.minibatch_size)
+
+    def minibatch(self, index: int) -> TensorDictBase:
+        """The epoch's minibatch ``index`` as a TensorDict; index 0 starts an epoch with a new partition."""
+        if self.minibatch_size >= self.length:
+            return TensorDict(self.data, batch_size=self.rows(self.length))
+        if index == 0:
+            device = self.data["advantage"].device
+            self.order = list(torch.randperm(self.length, device=device).split(self.minibatch_size))
+        indices = self.order[index]
+        return TensorDict({key: value[indices] for key, value in self.data.items()}, batch_size=self.rows(len(indices)))
+
+
+@torch.no_grad()
+def explained_variance(prediction: torch.Tensor, target: torch.Tensor) -> float:
+    """1 - Var(target - prediction) / Var(target): 1 is a perfect critic, 0 no better than a constant."""
+    variance = target.var()
+    return float("nan") if variance == 0 else (1 - (target - prediction).var() / variance).item()

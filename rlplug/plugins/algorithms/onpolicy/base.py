@@ -21,23 +21,27 @@ env's row, as without recurrence.
 
 from __future__ import annotations
 
-import math
 import operator
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
+from torch.distributions import Distribution
+from torch.nn import functional
+from torchrl.objectives import LossModule
 
 from rlplug.core.acting import ActorView, tensor_function
 from rlplug.core.recurrent import RecurrentNetwork, is_recurrent, stepped_values
 from rlplug.core.training import (
     FlatParameters,
     MetricMean,
-    clip_and_step,
+    Prepared,
     compile_in_place,
+    explained_variance,
+    forget_former_buffers,
     load_optimiser_state,
     make_optimizer,
     optimiser_step,
@@ -52,18 +56,12 @@ from rlplug.plugins.algorithms import parameters
 from rlplug.plugins.algorithms.acting import OnPolicyActing
 from rlplug.plugins.algorithms.networks import build_network
 from rlplug.plugins.algorithms.onpolicy.config import OnPolicyConfig
-from rlplug.plugins.algorithms.onpolicy.loss import (  # noqa: F401 (imported from here by ppo.py, pg.py, plugins)
-    FORMER_BUFFERS,
-    OnPolicyLoss,
-    approx_kl,
-    asked_for,
-    entropy,
-    log_prob_and_entropy,
-)
+from rlplug.plugins.algorithms.onpolicy.gradients import GradientsInterface
+from rlplug.plugins.algorithms.onpolicy.sequences import Sequences
 from rlplug.registry import protocols
 
 
-class OnPolicy(OnPolicyActing):
+class OnPolicy(OnPolicyActing, Sequences, GradientsInterface):
     """The shared update; subclasses replace :meth:`policy_loss` and may adapt after each minibatch."""
 
     uses_critic = True
@@ -117,20 +115,6 @@ class OnPolicy(OnPolicyActing):
         #: a loss that keeps a copy of the collecting policy (TorchRL's KLPENPPOLoss) refreshes it before each update
         self.refresh_targets = protocols.capability(self.loss_module, protocols.Loss.update_targets)
         self.frames = 0
-
-    def check_recurrence(self) -> bool:
-        """Whether the policy is recurrent; what recurrent networks need of the recipe, as one-line errors."""
-        recurrent = is_recurrent(self.policy)
-        if self.critic is not None and is_recurrent(self.critic) and not recurrent:
-            raise UserError("a recurrent critic needs a recurrent policy (episodes are told apart by the policy's "
-                            "collection): set use = 'lstm' or 'gru' here too", path="algorithm.policy")
-        if recurrent and not self.learns_sequences:
-            raise UserError(f"{type(self).__name__.lower()} does not learn from the sequences of recurrent networks "
-                            f"(lstm, gru) yet; use ppo, a2c, vpg, surrogate or ppo-kl", path="algorithm.policy")
-        if recurrent and self.config.shared_body:
-            raise UserError("recurrent networks (lstm, gru) do not share a body; set shared_body = false",
-                            path="algorithm.shared_body")
-        return recurrent
 
     # -- 1. estimates ---------------------------------------------------------------------------------
 
@@ -198,30 +182,6 @@ class OnPolicy(OnPolicyActing):
         variance = explained_variance(data["state_value"], data["value_target"]) if self.critic else None
         return Prepared(data, minibatch_size, variance)
 
-    def prepare_sequences(self, batch: TensorDictBase, minibatch_size: int) -> Prepared:
-        """:meth:`prepare` for a recurrent policy: the estimates along each env's row, then the rows cut into
-        sequences of ``sequence_length`` steps, each with the states its first step started from; a minibatch
-        holds ``minibatch_size // sequence_length`` whole sequences (at least one)."""
-        rows = batch.reshape(-1, batch.batch_size[-1]) if batch.ndim != 2 else batch  # one env: one row
-        rows = self.estimate(rows)
-        steps = rows.batch_size[1]
-        length = self.config.sequence_length or steps
-        if steps % length:
-            raise UserError(f"must divide the steps each env collects per batch (frames_per_batch / num_envs = "
-                            f"{steps}), got {length}", path="algorithm.sequence_length")
-        actor = self.actor
-        keys = [self.observation_key, "is_init", *getattr(self.policy, "state_keys", []), actor.action_key,
-                actor.log_prob_key, "advantage"]
-        if self.critic is not None:
-            keys += ["value_target", "state_value", *getattr(self.critic, "state_keys", [])]
-        data = {}
-        for key in keys:
-            value = rows.get(key)
-            data[key] = value.reshape(-1, length, *value.shape[2:])
-        variance = explained_variance(data["state_value"].reshape(-1), data["value_target"].reshape(-1)) \
-            if self.critic else None
-        return Prepared(data, max(1, minibatch_size // length), variance, sequence_length=length)
-
     def loss(self, minibatch: TensorDictBase, diagnostics: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The sum of the loss's ``loss_*`` terms (what is minimised), and, where ``diagnostics`` (the
         minibatches that report), every scalar it gives, detached."""
@@ -254,54 +214,6 @@ class OnPolicy(OnPolicyActing):
     def networks(self) -> dict[str, torch.nn.Module]:
         """The trained networks by name, for loggers that record weights."""
         return {"policy": self.policy, **({"critic": self.critic} if self.critic is not None else {})}
-
-    # -- distributed training (pytorchrl's Algorithm protocol; the gradient workers of
-    #    rlplug.plugins.runners.ray.collection) ----------------------------------------------------------------
-
-    def get_weights(self) -> TensorDictBase:
-        """Every trained parameter (policy and critic, a shared body once) keyed by position: copies built
-        from one recipe list their parameters in the same order."""
-        return TensorDict({str(i): p.detach() for i, p in enumerate(self.parameters)}, []).consolidate()
-
-    @torch.no_grad()
-    def set_weights(self, weights: TensorDictBase) -> None:
-        for i, p in enumerate(self.parameters):
-            p.copy_(weights.get(str(i)))
-
-    def compute_gradients(self, batch: TensorDictBase,
-                          grads_to_cpu: bool = True) -> tuple[TensorDictBase, dict[str, torch.Tensor]]:
-        """The gradient of the loss on one minibatch (as :meth:`prepare` makes them) for every parameter, keyed as
-        :meth:`get_weights`, on the CPU where asked (to travel between processes), and every scalar the loss
-        reports, with the total under ``loss``. Nothing steps: the gradients stay in place too, for
-        ``apply_gradients()``."""
-        total, reported = self.loss(batch, diagnostics=True)
-        self.zero_grad()
-        total.backward()
-        gradients = TensorDict({str(i): p.grad.detach().clone() if p.grad is not None else torch.zeros_like(p)
-                                for i, p in enumerate(self.parameters)}, [])
-        reported = {"loss": total.detach(), **reported}
-        if grads_to_cpu:
-            return gradients.to("cpu"), {key: value.cpu() for key, value in reported.items()}
-        return gradients, reported
-
-    def apply_gradients(self, gradients: TensorDictBase | None = None) -> dict[str, torch.Tensor]:
-        """The optimiser step with ``gradients`` (:meth:`compute_gradients`'s, from anywhere; None: those the last
-        :meth:`compute_gradients` left in place), the global norm clipped as in :meth:`update`; that norm before
-        clipping as ``grad_norm`` (when clipping)."""
-        if gradients is not None:
-            self.zero_grad()
-            with torch.no_grad():
-                for i, p in enumerate(self.parameters):
-                    p.grad.copy_(gradients.get(str(i)))
-        norm = clip_and_step(self.optimiser, self.trained, self.config.max_grad_norm)
-        return {} if norm is None else {"grad_norm": norm}
-
-    def zero_grad(self) -> None:
-        if isinstance(self.trained, FlatParameters):
-            self.trained.zero_grad()
-        else:
-            for p in self.parameters:
-                p.grad = torch.zeros_like(p)
 
     def batched_update(self, algorithms: list[OnPolicy], seeds: list[int]):
         """The seeds' copies of this algorithm learning together (``--seeds --batched``)."""
@@ -348,45 +260,145 @@ class OnPolicy(OnPolicyActing):
         self.critic_carry = state.get("critic_carry")
 
 
-@dataclass
-class Prepared:
-    """A batch made ready for the epochs: the flat tensors the loss reads, split into a fresh random partition
-    of minibatches each epoch (the last may be smaller; one minibatch as large as the batch is the batch)."""
-
-    data: dict[str, torch.Tensor]
-    minibatch_size: int
-    #: of the critic's values at collection time against the value targets (None without a critic)
-    explained_variance: float | None
-    order: list[torch.Tensor] = field(default_factory=list, repr=False)
-    #: the steps of each sequence where the data are sequences (``[sequences, steps, ...]``: a recurrent policy's)
-    sequence_length: int | None = None
-
-    def rows(self, size: int) -> list[int]:
-        """The TensorDict batch size of ``size`` rows: a sequence's steps are a second batch dim."""
-        return [size] if self.sequence_length is None else [size, self.sequence_length]
-
-    @property
-    def length(self) -> int:
-        return len(self.data["advantage"])
-
-    @property
-    def steps(self) -> int:
-        """Minibatches per epoch."""
-        return math.ceil(self.length / self.minibatch_size)
-
-    def minibatch(self, index: int) -> TensorDictBase:
-        """The epoch's minibatch ``index`` as a TensorDict; index 0 starts an epoch with a new partition."""
-        if self.minibatch_size >= self.length:
-            return TensorDict(self.data, batch_size=self.rows(self.length))
-        if index == 0:
-            device = self.data["advantage"].device
-            self.order = list(torch.randperm(self.length, device=device).split(self.minibatch_size))
-        indices = self.order[index]
-        return TensorDict({key: value[indices] for key, value in self.data.items()}, batch_size=self.rows(len(indices)))
+# -- rlplug's on-policy losses: what they share --------------------------------------------------------------
 
 
-@torch.no_grad()
-def explained_variance(prediction: torch.Tensor, target: torch.Tensor) -> float:
-    """1 - Var(target - prediction) / Var(target): 1 is a perfect critic, 0 no better than a constant."""
-    variance = target.var()
-    return float("nan") if variance == 0 else (1 - (target - prediction).var() / variance).item()
+#: the buffers every rlplug on-policy loss held when one class computed every objective: the checkpoints of runs
+#: from then hold both, and each loss now has only its own
+FORMER_BUFFERS = ("clip_epsilon", "beta")
+
+
+def approx_kl(ratio: torch.Tensor, log_ratio: torch.Tensor) -> torch.Tensor:
+    """``mean((r - 1) - log r)``: an unbiased, non-negative estimate of KL(old || new) from the ratios."""
+    return ((ratio - 1) - log_ratio).mean()
+
+
+def log_prob_and_entropy(view: ActorView, observation: torch.Tensor, action: torch.Tensor,
+                         with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The log-probability of the taken ``action`` under the policy now (differentiable), and its entropy when
+    asked for: what the losses and IMPALA's V-trace read. A categorical head's come from its logits directly."""
+    if view.categorical:
+        log_probs = view.params_module(observation).log_softmax(-1)
+        index = action.argmax(-1, keepdim=True) if view.one_hot else action.unsqueeze(-1)
+        log_prob = log_probs.gather(-1, index).squeeze(-1)
+        return log_prob, (-(log_probs.exp() * log_probs).sum(-1) if with_entropy else None)
+    dist = view.distribution(observation)
+    return dist.log_prob(action), (entropy(dist) if with_entropy else None)
+
+
+def entropy(dist: Distribution) -> torch.Tensor:
+    """The exact entropy where the distribution has one, else a one-sample estimate (tanh-squashed Gaussians)."""
+    try:
+        return dist.entropy()
+    except NotImplementedError:
+        return -dist.log_prob(dist.rsample())
+
+
+def asked_for(entropy: torch.Tensor | None) -> torch.Tensor:
+    """The entropy :func:`log_prob_and_entropy` computed when asked (``with_entropy``): never None where read."""
+    if entropy is None:
+        raise RuntimeError("the policy's entropy was read without being asked for (with_entropy = False)")
+    return entropy
+
+
+class OnPolicyLoss(LossModule):
+    """What rlplug's on-policy losses share: a TorchRL ``LossModule`` (a TensorDict in, ``loss_*`` terms and
+    diagnostics out, TorchRL's key names) that calls the policy and the critic on the minibatch's tensors
+    directly (:class:`ActorView`), where TorchRL's losses build a distribution from a TensorDict per call.
+
+    Each subclass gives its policy objective (:meth:`policy_objective`, on advantages ``A``, normalised per
+    minibatch when asked, and ``r = pi(a|s) / pi_old(a|s)``); the terms beside it are the same for all:
+    ``loss_critic`` is ``value_coef`` times the squared error of the critic against ``value_target`` (or, with
+    ``value_clip``, the larger of it and the clipped prediction's, PPO-style), ``loss_entropy`` is
+    ``-entropy_coef`` times the policy's entropy. The update minimises their sum.
+    """
+
+    #: several seeds at once under ``torch.vmap``: no state of its own changes per minibatch
+    batchable = True
+    #: no coefficient follows each minibatch (Ray's gradient workers may compute it apart)
+    adapts_per_minibatch = False
+
+    @dataclass
+    class _AcceptedKeys:
+        """The TensorDict keys read (TorchRL's PPO names; ``set_keys`` changes them)."""
+
+        advantage: str = "advantage"
+        value_target: str = "value_target"
+        value: str = "state_value"
+        sample_log_prob: str = "action_log_prob"
+        action: str = "action"
+
+    def __init__(self, actor, critic=None, *, entropy_coef: float = 0.0, value_coef: float = 0.5,
+                 value_clip: float | None = None, normalize_advantage: bool = True):
+        super().__init__()
+        self.actor_network, self.critic_network = actor, critic
+        #: a recurrent policy's and critic's cores run over each minibatch's sequences; their heads read the features
+        self.cores = [network for network in (actor, critic) if isinstance(network, RecurrentNetwork)]
+        self.view = ActorView.of(actor.head if isinstance(actor, RecurrentNetwork) else actor)
+        self.value_key = critic.features_key if isinstance(critic, RecurrentNetwork) else self.view.observation_key
+        head = critic.head if isinstance(critic, RecurrentNetwork) else critic
+        self.value = tensor_function(head, [self.value_key]) if critic is not None else None
+        self.entropy_coef, self.value_coef = entropy_coef, value_coef
+        self.value_clip, self.normalize_advantage = value_clip, normalize_advantage
+        #: whether to compute the diagnostics (entropy, KL, clip fraction): the update turns them off on the
+        #: minibatches it does not report
+        self.diagnostics = True
+        self.set_keys(sample_log_prob=self.view.log_prob_key, action=self.view.action_key)
+        forget_former_buffers(self, FORMER_BUFFERS)
+
+    @classmethod
+    def from_settings(cls, networks: dict, settings: OnPolicyConfig, **options: Any) -> OnPolicyLoss:
+        """The loss with the algorithm's policy and critic, its terms' weights the algorithm's keys; ``options``
+        are the subclass's own (PPO's clip range)."""
+        return cls(networks["policy"], networks.get("critic"), entropy_coef=settings.entropy_coef,
+                   value_coef=settings.value_coef, value_clip=settings.value_clip,
+                   normalize_advantage=settings.normalize_advantages, **options)
+
+    def _forward_value_estimator_keys(self, **kwargs) -> None:
+        pass  # advantages and value targets come from rlplug's estimators, before the loss
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if self.cores:  # [sequences, steps]: the cores' features along them, then every step alike
+            for network in self.cores:
+                tensordict.set(network.features_key, network.sequence_outputs(tensordict))
+            tensordict = tensordict.reshape(-1)
+        keys = self.tensor_keys
+        observation = tensordict.get(self.view.observation_key)
+        advantage = tensordict.get(keys.advantage).reshape(-1)
+        if self.normalize_advantage and advantage.numel() > 1:
+            advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+        log_prob, entropy = log_prob_and_entropy(self.view, observation, tensordict.get(keys.action),
+                                                 with_entropy=self.entropy_coef > 0 or self.diagnostics)
+        log_ratio = log_prob - tensordict.get(keys.sample_log_prob)
+        out: dict[str, torch.Tensor] = {"loss_objective": self.policy_objective(log_prob, log_ratio, advantage)}
+        if self.value is not None:
+            out["loss_critic"] = self.value_coef * self.value_error(tensordict)
+        if self.entropy_coef:
+            out["loss_entropy"] = -self.entropy_coef * asked_for(entropy).mean()
+        if self.diagnostics:
+            with torch.no_grad():
+                ratio = log_ratio.exp()
+                out.update(entropy=asked_for(entropy).mean(), kl_approx=approx_kl(ratio, log_ratio),
+                           **self.own_diagnostics(ratio))
+        return TensorDict(out, batch_size=[])
+
+    def policy_objective(self, log_prob: torch.Tensor, log_ratio: torch.Tensor,
+                         advantage: torch.Tensor) -> torch.Tensor:
+        """What the policy's gradient descends, from the minibatch's log-probabilities and advantages."""
+        raise NotImplementedError
+
+    def own_diagnostics(self, ratio: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The subclass's own reported scalars (PPO's clip fraction), from the minibatch's ratios."""
+        return {}
+
+    def value_error(self, tensordict: TensorDictBase) -> torch.Tensor:
+        if self.value is None:
+            raise RuntimeError("value_error needs a critic, and this loss was built without one")
+        keys = self.tensor_keys
+        value = self.value(tensordict.get(self.value_key))
+        target = tensordict.get(keys.value_target)
+        if self.value_clip is None:
+            return functional.mse_loss(value, target)  # one node where (value - target)^2 mean are three
+        old = tensordict.get(keys.value)
+        clipped = old + (value - old).clamp(-self.value_clip, self.value_clip)
+        return torch.max((value - target).pow(2), (clipped - target).pow(2)).mean()

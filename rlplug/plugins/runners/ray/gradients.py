@@ -22,10 +22,10 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
-from rlplug.core.training import MetricMean, NonFiniteError, updates_stopped
+from rlplug.core.training import MetricMean, NonFiniteError, Prepared, updates_stopped
 from rlplug.core.transformed import env_rewards
 from rlplug.plugins.algorithms.offpolicy.base import OffPolicy
-from rlplug.plugins.algorithms.onpolicy.base import OnPolicy, Prepared
+from rlplug.plugins.algorithms.onpolicy.base import OnPolicy
 from rlplug.plugins.runners.ray.cluster import lost_errors, ray_module
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability
@@ -48,10 +48,6 @@ def gradient_mode_problem(algorithm) -> str | None:
 
 
 def offpolicy_problem(algorithm: OffPolicy) -> str | None:
-    name = type(algorithm).__name__.lower()
-    if algorithm.sequences:
-        return (f"{name}'s recurrent networks learn from sequences of whole episodes, which gradient workers do "
-                f"not sample; use mode = 'experience'")
     if algorithm.preprocessor is not None:
         return ("each gradient worker's observation_preprocessor would learn its own statistics from its own "
                 "data, and the learner's none; use the env's normalize_observations, or mode = 'experience'")
