@@ -195,3 +195,20 @@ def built_algorithm(recipe_path: Path, seed: int, overrides: list[str], batches:
                                        run_dir=Path("unused"))
     collector = Collector(env, algorithm.policy, algorithm.frames_per_batch, seed)
     return algorithm, [collector.collect() for _ in range(batches)]
+
+
+def pendulum_transitions(rows: int, seed: int):
+    """``rows`` random Pendulum-shaped transitions (3-dim observations, actions in [-2, 2], about 30% terminal)
+    in TorchRL's layout, the same for the same ``seed``: what the off-policy loss tests feed their losses."""
+    import torch
+    from tensordict import TensorDict
+
+    generator = torch.Generator().manual_seed(seed)
+    terminated = torch.rand(rows, 1, generator=generator) < 0.3
+    return TensorDict({
+        "observation": torch.randn(rows, 3, generator=generator),
+        "action": 4 * torch.rand(rows, 1, generator=generator) - 2,
+        "next": {"observation": torch.randn(rows, 3, generator=generator),
+                 "reward": torch.randn(rows, 1, generator=generator), "terminated": terminated,
+                 "done": terminated.clone()},
+    }, [rows])

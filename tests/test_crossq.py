@@ -8,11 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 
 import rlplug
 from conftest import ROOT, one_line_error, run_cli
+from conftest import pendulum_transitions as sample
 
 RECIPE = ROOT / "recipes" / "pendulum-crossq.toml"
 SETTINGS = SimpleNamespace(gamma=0.5, initial_entropy_coef=0.5, learn_entropy_coef=True, target_entropy=None)
@@ -32,18 +32,6 @@ def loss_of(name: str, actor, critics: list, **changes):
 def actor_network(seed: int = 0):
     torch.manual_seed(seed)
     return rlplug.make("network", "mlp", role="policy", hidden=[16], log_std="state", squash="tanh", **specs())
-
-
-def sample(rows: int, seed: int) -> TensorDict:
-    generator = torch.Generator().manual_seed(seed)
-    terminated = torch.rand(rows, 1, generator=generator) < 0.3
-    return TensorDict({
-        "observation": torch.randn(rows, 3, generator=generator),
-        "action": 4 * torch.rand(rows, 1, generator=generator) - 2,
-        "next": {"observation": torch.randn(rows, 3, generator=generator),
-                 "reward": torch.randn(rows, 1, generator=generator), "terminated": terminated,
-                 "done": terminated.clone()},
-    }, [rows])
 
 
 class NormalisedFirstObservation(torch.nn.Module):

@@ -17,6 +17,7 @@ from tensordict.nn import TensorDictModule
 
 import rlplug
 from conftest import ROOT, one_line_error, run_cli
+from conftest import pendulum_transitions as sample
 
 RECIPE = ROOT / "recipes" / "pendulum-mpo.toml"
 SETTINGS = SimpleNamespace(gamma=0.9, action_samples=7, epsilon=0.1, epsilon_mean=0.01, epsilon_sigma=1e-4,
@@ -55,18 +56,6 @@ def loss_of(actor, critic, **changes):
     networks = {"policy": actor, "critic": critic, "critics": [critic]}
     return rlplug.make("loss", "mpo-loss", networks=networks, settings=SimpleNamespace(**{**vars(SETTINGS), **changes}),
                        **specs())
-
-
-def sample(rows: int, seed: int) -> TensorDict:
-    generator = torch.Generator().manual_seed(seed)
-    terminated = torch.rand(rows, 1, generator=generator) < 0.3
-    return TensorDict({
-        "observation": torch.randn(rows, 3, generator=generator),
-        "action": 4 * torch.rand(rows, 1, generator=generator) - 2,
-        "next": {"observation": torch.randn(rows, 3, generator=generator),
-                 "reward": torch.randn(rows, 1, generator=generator), "terminated": terminated,
-                 "done": terminated.clone()},
-    }, [rows])
 
 
 def nudged(actor, scale: float = 0.1, seed: int = 1):

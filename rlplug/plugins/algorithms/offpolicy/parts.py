@@ -122,12 +122,6 @@ class Learners:
             set_learning_rate(optimiser, rates[name])
         return rates
 
-    def step(self, loss: torch.Tensor, names) -> dict[str, torch.Tensor | None]:
-        """Backward of ``loss``, then clip and step the groups ``names``; each one's gradient norm before
-        clipping (when clipping): :meth:`backward` then :meth:`clip_and_step`."""
-        self.backward(loss, names)
-        return self.clip_and_step(names)
-
     def backward(self, loss: torch.Tensor, names) -> None:
         """The gradients of ``loss`` in the groups ``names`` (zeroed first), left in place for
         :meth:`clip_and_step`. A non-finite loss raises :class:`~rlplug.core.training.NonFiniteError` before
