@@ -213,6 +213,27 @@ SMALL = {"run": {"checkpoint_every_frames": 0}, "eval": {"episodes": 2, "every_f
 GRADIENTS = {"use": "ray", "workers": 2, "mode": "gradients"}
 
 
+def test_each_gradient_worker_draws_its_own_replay_samples(tmp_path):
+    """Workers' algorithm copies are seeded with their own seeds: with one seed for all, every worker drew the same
+    positions from its buffer, so a batch held each moment of the run twice (two streams alike in time)."""
+    from rlplug.core.envs import build_env
+    from rlplug.recipe import load
+    from rlplug.plugins.runners.ray.gradients import GradientWorkerSpec
+
+    recipe = load(ROOT / "recipes" / "cartpole-dqn.toml", ["algorithm.learning_starts=0"])
+    env = build_env(recipe.env)
+    spec = GradientWorkerSpec(recipe, workers=2)
+    _, batches = built_algorithm(ROOT / "recipes" / "cartpole-dqn.toml", 0, [])
+
+    def drawn(seed: int) -> torch.Tensor:
+        worker = spec.build(env, seed)
+        worker.algorithm.store(batches[0])
+        return worker.algorithm.sample(32).get("observation")
+
+    assert torch.equal(drawn(0), drawn(0))  # a worker's draws follow its seed
+    assert not torch.equal(drawn(0), drawn(1))
+
+
 @pytest.fixture(scope="module")
 def ray_instance():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)

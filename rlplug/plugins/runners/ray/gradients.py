@@ -82,10 +82,12 @@ class GradientWorkerSpec:
     recipe: Any
     workers: int
 
-    def build(self, env) -> OnPolicyGradients | OffPolicyGradients:
+    def build(self, env, seed: int) -> OnPolicyGradients | OffPolicyGradients:
+        """The copy for the worker seeded ``seed``: its own seed, so that workers' replay samples (drawn from a
+        generator seeded with it) do not pick the same positions in their buffers."""
         run = self.recipe.run
         algorithm = self.recipe.algorithm.build(observation_spec=env.observation_spec, action_spec=env.action_spec,
-                                                device="cpu", seed=run.seed, total_frames=run.total_frames)
+                                                device="cpu", seed=seed, total_frames=run.total_frames)
         if isinstance(algorithm, OffPolicy):
             return OffPolicyGradients(algorithm, self.workers)
         return OnPolicyGradients(algorithm, self.workers)

@@ -154,7 +154,7 @@ def _worker_collector():
             make_env = create_env_fn[0] if isinstance(create_env_fn, (list, tuple)) else create_env_fn
             self.env = make_env() if callable(make_env) else make_env
             self.learner: OnPolicyGradients | OffPolicyGradients | None = (
-                learner.build(self.env) if learner is not None else None)
+                learner.build(self.env, seed) if learner is not None else None)
             self.policy = self.learner.algorithm.policy if self.learner is not None else policy
             self.weights = TensorDict.from_module(self.policy).data
             self.inner = Collector(self.env, self.policy, frames_per_batch, seed)
