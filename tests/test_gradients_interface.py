@@ -21,7 +21,7 @@ import rlplug
 from conftest import ROOT, built_algorithm, one_line_error, run_cli
 from rlplug.errors import UserError
 from rlplug.plugins.algorithms.offpolicy.base import OffPolicy
-from rlplug.plugins.runners.ray.gradients import OffPolicyGradients, OnPolicyGradients
+from rlplug.plugins.runners.ray.gradients import GradientWorkerSpec, OffPolicyGradients, OnPolicyGradients
 
 pytestmark = pytest.mark.slow
 
@@ -218,7 +218,6 @@ def test_each_gradient_worker_draws_its_own_replay_samples(tmp_path):
     positions from its buffer, so a batch held each moment of the run twice (two streams alike in time)."""
     from rlplug.core.envs import build_env
     from rlplug.recipe import load
-    from rlplug.plugins.runners.ray.gradients import GradientWorkerSpec
 
     recipe = load(ROOT / "recipes" / "cartpole-dqn.toml", ["algorithm.learning_starts=0"])
     env = build_env(recipe.env)
