@@ -1,0 +1,114 @@
+"""What docs/from-rllte.md maps rllte's ``DistributedAgent.train(save_interval, num_eval_episodes, th_compile)``
+onto: ``Agent.train(checkpoint_every_frames=, eval_episodes=, compile=)``, each changing what the run does from
+that call on, recorded in its recipe (checkpoints, ``resume`` and ``Agent.load`` keep it) and validated as the
+recipe key is."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+
+import pytest
+
+import rlplug
+from conftest import CANONICAL, run_cli
+
+#: CartPole PPO collects 256 frames an update; evaluations of 2 episodes keep each run short
+SHORT = {"run": {"total_frames": 2048, "checkpoint_every_frames": 0, "keep_checkpoints": 10},
+         "eval": {"episodes": 2}}
+
+
+def kept_frames(run) -> list[int]:
+    return [int(path.stem.split("-")[1]) for path in sorted((run / "checkpoints").glob("frames-*.pt"))]
+
+
+@pytest.mark.slow
+def test_checkpoint_every_frames_writes_checkpoints_at_the_new_interval_and_resume_keeps_it(tmp_path):
+    out = tmp_path / "run"
+    agent = rlplug.Agent.from_recipe(CANONICAL, out=out, **SHORT)
+    try:
+        agent.train(max_frames=512)
+        assert kept_frames(out) == [512]  # the recipe's 0: a checkpoint at the end of the call only
+        agent.train(max_frames=1024, checkpoint_every_frames=512)
+        assert kept_frames(out) == [512, 1024, 1536]
+    finally:
+        agent.close()
+    result = run_cli("resume", str(out))  # the interval is in the checkpoint's recipe: resume goes on with it
+    assert result.returncode == 0, result.stderr
+    assert kept_frames(out) == [512, 1024, 1536, 2048]
+    assert tomllib.loads((out / "recipe.toml").read_text())["run"]["checkpoint_every_frames"] == 512
+    result = run_cli("resume", str(out), "--set", "run.total_frames=3072")
+    assert result.returncode == 0, result.stderr
+    assert kept_frames(out) == [512, 1024, 1536, 2048, 2560, 3072]
+
+
+@pytest.mark.slow
+def test_eval_episodes_sets_the_episodes_of_every_later_evaluation(tmp_path):
+    out = tmp_path / "run"
+    agent = rlplug.Agent.from_recipe(CANONICAL, out=out, **SHORT)
+    try:
+        agent.train(max_frames=256)
+        assert len(agent.run.eval_returns) == 2
+        summary = agent.train(max_frames=256, eval_episodes=5)
+        assert len(agent.run.eval_returns) == 5 and summary["eval_return_mean"] is not None
+        assert len(agent.evaluate()) == 5  # rllte's eval(num_eval_episodes) without an argument: the new count
+        assert len(agent.evaluate(episodes=3)) == 3
+    finally:
+        agent.close()
+    loaded = rlplug.Agent.load(out / "checkpoint.pt", out=tmp_path / "loaded")
+    try:
+        assert loaded.run.recipe.eval.episodes == 5
+        assert len(loaded.evaluate()) == 5
+    finally:
+        loaded.close()
+    result = run_cli("eval", str(out))  # rlplug eval plays the run's episode count
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.split("returns:")[1].split("\n")[0].split()) == 5
+
+
+@pytest.mark.slow
+def test_compile_compiles_the_update_once_records_it_and_cannot_be_undone_in_the_process(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    agent = rlplug.Agent.from_recipe(CANONICAL, out=out, run={**SHORT["run"], "total_frames": 256},
+                                     eval=SHORT["eval"])
+    calls = []
+    algorithm_class = type(agent.algorithm)
+    compile_update = algorithm_class.compile_update
+    monkeypatch.setattr(algorithm_class, "compile_update", lambda self: calls.append(compile_update(self)))
+    try:
+        agent.train()
+        assert calls == []
+        agent.train(compile=True)  # at total_frames already: recorded and compiled, no update to wait for
+        assert len(calls) == 1
+        agent.train(compile=True)
+        assert len(calls) == 1  # compiled once
+        with pytest.raises(rlplug.UserError, match="compile=False: .*resume its directory with --set "
+                                                   "run.compile=false"):
+            agent.train(compile=False)
+        assert agent.run.recipe.run.compile is True
+    finally:
+        agent.close()
+    assert json.loads((out / "summary.json").read_text())["status"] == "finished"
+    assert tomllib.loads((out / "recipe.toml").read_text())["run"]["compile"] is True
+
+
+def test_the_new_keywords_are_validated_as_their_recipe_keys_and_a_refusal_changes_nothing(tmp_path, monkeypatch):
+    agent = rlplug.Agent.from_recipe(CANONICAL, out=tmp_path / "run", **SHORT)
+    before = agent.run.recipe.resolved()
+    eval_env = agent.run.eval_env
+    try:
+        with pytest.raises(rlplug.UserError, match="eval.episodes: must be >= 1"):
+            agent.train(eval_episodes=0)
+        with pytest.raises(rlplug.UserError, match="run.checkpoint_every_frames: must be >= 0"):
+            agent.train(checkpoint_every_frames=-1)
+        with pytest.raises(rlplug.UserError, match="run.compile"):
+            agent.train(compile="yes")
+        # a refused compile (an algorithm without compile_update) leaves the other keywords of the call unapplied
+        monkeypatch.setattr(type(agent.algorithm), "compile_update", None)
+        with pytest.raises(rlplug.UserError, match="does not declare compile_update") as caught:
+            agent.train(compile=True, eval_episodes=4, checkpoint_every_frames=512)
+        assert caught.value.path == "run.compile"
+        assert agent.run.recipe.resolved() == before and agent.run.eval_env is eval_env
+        assert agent.frames == 0 and not (tmp_path / "run" / "recipe.toml").exists()
+    finally:
+        agent.close()
