@@ -5,13 +5,18 @@ recipe key is."""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
+import re
 import tomllib
 
 import pytest
+from conftest import CANONICAL, ROOT, run_cli
 
 import rlplug
-from conftest import CANONICAL, run_cli
+from rlplug.recipe import EvalSettings, RunSettings, load
+from rlplug.registry import get_registry
 
 #: CartPole PPO collects 256 frames an update; evaluations of 2 episodes keep each run short
 SHORT = {"run": {"total_frames": 2048, "checkpoint_every_frames": 0, "keep_checkpoints": 10},
@@ -112,3 +117,33 @@ def test_the_new_keywords_are_validated_as_their_recipe_keys_and_a_refusal_chang
         assert agent.frames == 0 and not (tmp_path / "run" / "recipe.toml").exists()
     finally:
         agent.close()
+
+
+# -- docs/from-rllte.md -----------------------------------------------------------------------------------------
+
+RLLTE_NAMES = ["env", "eval_env", "tag", "seed", "device", "num_steps", "num_actors", "num_learners", "num_storages",
+               "kwargs", "num_train_steps", "init_model_path", "log_interval", "eval_interval", "save_interval",
+               "num_eval_episodes", "th_compile", ".eval", ".run", ".update"]
+#: the keys issue 28's other parts add to the ray runner: the page documents them before this rlplug may have them
+COMING_RUNNER_KEYS = {"learners", "storages"}
+
+
+def test_the_rllte_page_maps_every_name_onto_keys_and_keywords_rlplug_has(tmp_path):
+    text = (ROOT / "docs" / "from-rllte.md").read_text()
+    first_cells = {line.split("|")[1] for line in text.splitlines() if line.startswith("| `")}
+    for name in RLLTE_NAMES:
+        assert any(f"`{name}" in cell or f"{name}`" in cell for cell in first_cells), name
+    fields = {"run": {f.name for f in dataclasses.fields(RunSettings)},
+              "eval": {f.name for f in dataclasses.fields(EvalSettings)},
+              "runner": set(get_registry().lookup("runner", "ray").schema.params) | COMING_RUNNER_KEYS | {"use"}}
+    named = set(re.findall(r"`(run|eval|runner)\.([a-z_]+)", text))
+    assert {("runner", "learners"), ("runner", "storages"), ("run", "compile")} <= named
+    for table, key in named:
+        assert key in fields[table], f"{table}.{key}"
+    keywords = set(inspect.signature(rlplug.Agent.train).parameters)
+    for keyword in re.findall(r"agent\.train\((?:[^)]*?, )?(\w+)=", text):
+        assert keyword in keywords, keyword
+    example = tmp_path / "my-impala.toml"  # the page's recipe is one
+    example.write_text(text.split("```toml\n", 1)[1].split("```", 1)[0])
+    recipe = load(example)
+    assert recipe.run.checkpoint_every_frames == 100_000 and recipe.eval.episodes == 10
