@@ -6,9 +6,13 @@ recipe key is."""
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import inspect
 import json
+import pickle
 import re
+import subprocess
+import sys
 import tomllib
 
 import pytest
@@ -147,3 +151,19 @@ def test_the_rllte_page_maps_every_name_onto_keys_and_keywords_rlplug_has(tmp_pa
     example.write_text(text.split("```toml\n", 1)[1].split("```", 1)[0])
     recipe = load(example)
     assert recipe.run.checkpoint_every_frames == 100_000 and recipe.eval.episodes == 10
+
+
+# -- the scaling benchmark's env-bound workload (benchmarks/ray_scaling.py) ---------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("minatar") is None, reason="needs minatar (rlplug[minatar])")
+def test_a_minatar_env_builds_from_its_pickled_component_in_a_fresh_process():
+    """What a Ray worker does with the recipe's env: MinAtar's ids are registered on request only (validation asks
+    in the process that reads the recipe), so the factory registers them where it runs."""
+    recipe = load(ROOT / "recipes" / "minatar-breakout-ppo.toml", ["env.num_envs=2"])
+    code = ("import pickle, sys; from rlplug.core.envs import build_env; "
+            "env = build_env(pickle.loads(sys.stdin.buffer.read()), device='cpu'); print(list(env.batch_size))")
+    result = subprocess.run([sys.executable, "-c", code], input=pickle.dumps(recipe.env), capture_output=True,
+                            cwd=ROOT, timeout=300)
+    assert result.returncode == 0, result.stderr.decode()[-500:]
+    assert result.stdout.decode().strip().endswith("[2]")
