@@ -151,6 +151,8 @@ class Agent:
             raise
         if env is not None:
             self.run.use_eval_env(env, borrowed=False)
+        if recipe.eval.episodes != before.eval.episodes and hasattr(self.run.algorithm, "eval_episodes"):
+            cast(Any, self.run.algorithm).eval_episodes = recipe.eval.episodes  # what num_test_episodes reports
         self.run.recipe = recipe
 
     def log(self, name: str, value: float) -> None:

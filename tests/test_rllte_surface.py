@@ -60,6 +60,7 @@ def test_eval_episodes_sets_the_episodes_of_every_later_evaluation(tmp_path):
         assert len(agent.run.eval_returns) == 2
         summary = agent.train(max_frames=256, eval_episodes=5)
         assert len(agent.run.eval_returns) == 5 and summary["eval_return_mean"] is not None
+        assert agent.algorithm.num_test_episodes == 5  # pytorchrl's number reports the run's eval.episodes
         assert len(agent.evaluate()) == 5  # rllte's eval(num_eval_episodes) without an argument: the new count
         assert len(agent.evaluate(episodes=3)) == 3
     finally:
