@@ -25,6 +25,7 @@ from rlplug import recipe as recipes
 from rlplug.core.acting import ActorView, env_action
 from rlplug.core.env_members import as_evaluation_env, env_capability
 from rlplug.core.heads import observation_key
+from rlplug.core.training import compile_update
 from rlplug.errors import UserError
 from rlplug.recipe import EVAL_SEED_OFFSET
 from rlplug.registry import protocols
@@ -98,7 +99,8 @@ class Agent:
 
     def train(self, max_frames: int | None = None, max_episodes: int | None = None, max_iters: int | None = None,
               eval_every: int | None = None, callbacks: Sequence[Any] = (), *, log_every_frames: int | None = None,
-              eval_env: Mapping[str, Any] | protocols.Env | None = None) -> dict[str, Any]:
+              eval_env: Mapping[str, Any] | protocols.Env | None = None, eval_episodes: int | None = None,
+              checkpoint_every_frames: int | None = None, compile: bool | None = None) -> dict[str, Any]:
         """Train on; stops at the recipe's ``total_frames`` or the first limit given, or when a callback stops it
         (status ``stopped``). Returns the summary.
 
@@ -108,31 +110,50 @@ class Agent:
         From this call on: ``log_every_frames``, the loggers get a row every this many frames (the recipe's
         ``run.log_every_frames``); ``eval_env``, evaluations run on another env, an env table (``{"use": "gym",
         "id": "CartPole-v1", "max_episode_steps": 200}``, the recipe's ``[eval.env]``) or a built env (a TorchRL
-        ``EnvBase``, left open for the caller). Tables and numbers are validated as the recipe is, and recorded in
-        it (checkpoints and ``resume`` keep them)."""
-        changes: dict[str, Any] = {}
-        if log_every_frames is not None:
-            changes["run.log_every_frames"] = log_every_frames
-        if isinstance(eval_env, Mapping):
-            changes["eval.env"] = dict(eval_env)
+        ``EnvBase``, left open for the caller); ``eval_episodes``, episodes per evaluation (``eval.episodes``);
+        ``checkpoint_every_frames``, frames between checkpoints (``run.checkpoint_every_frames``, 0: only at the
+        end); ``compile=True``, the update compiled from now on (``run.compile``; a compiled update cannot be
+        undone in the process, so ``compile=False`` on a compiled run is refused). Tables and numbers are validated
+        as the recipe is, and recorded in it (checkpoints and ``resume`` keep them)."""
+        changes = {key: value for key, value in (
+            ("run.log_every_frames", log_every_frames), ("eval.episodes", eval_episodes),
+            ("run.checkpoint_every_frames", checkpoint_every_frames), ("run.compile", compile),
+            ("eval.env", dict(eval_env) if isinstance(eval_env, Mapping) else None)) if value is not None}
         if changes:
-            data = self.run.recipe.resolved()
-            for key, value in changes.items():
-                recipes.set_value(data, key, copy.deepcopy(value), file="Agent.train")
-            recipe = recipes.validate(data, file="Agent.train")
-            if "eval.env" in changes:
-                env = build_eval_env(recipe)
-                try:
-                    check_eval_env(self.run.env, env, "eval_env")
-                except UserError:
-                    env.close()
-                    raise
-                self.run.use_eval_env(env, borrowed=False)
-            self.run.recipe = recipe
+            self.change_recipe(changes, new_eval_env=eval_env is None or "eval.env" in changes)
         if eval_env is not None and "eval.env" not in changes:
             self.run.use_eval_env(borrowed_eval_env(self.run.env, eval_env), borrowed=True)
         return self.run.train(max_frames=max_frames, max_episodes=max_episodes, max_iters=max_iters,
                               eval_every=eval_every, callbacks=callbacks)
+
+    def change_recipe(self, changes: Mapping[str, Any], *, new_eval_env: bool) -> None:
+        """The run's recipe with ``changes`` (dotted keys), validated, and what they change built: an eval env of
+        the new ``[eval.env]`` or episode count where the run builds its own (``new_eval_env``), the update
+        compiled. Everything is checked before anything changes, so a refused call leaves the run as it was."""
+        data = self.run.recipe.resolved()
+        for key, value in changes.items():
+            recipes.set_value(data, key, copy.deepcopy(value), file="Agent.train")
+        recipe, before = recipes.validate(data, file="Agent.train"), self.run.recipe
+        if before.run.compile and not recipe.run.compile:
+            raise UserError("compile=False: this run's update is already compiled and stays so in this process; "
+                            "to train uncompiled, resume its directory with --set run.compile=false")
+        rebuild = "eval.env" in changes or (new_eval_env and recipe.eval.episodes != before.eval.episodes
+                                            and not self.run.eval_env_borrowed)
+        env = build_eval_env(recipe) if rebuild else None
+        try:
+            if env is not None:
+                check_eval_env(self.run.env, env, "eval_env")
+            if recipe.run.compile and not before.run.compile:
+                compile_update(self.run.algorithm, recipe.algorithm.title)
+        except UserError:
+            if env is not None:
+                env.close()
+            raise
+        if env is not None:
+            self.run.use_eval_env(env, borrowed=False)
+        if recipe.eval.episodes != before.eval.episodes and hasattr(self.run.algorithm, "eval_episodes"):
+            cast(Any, self.run.algorithm).eval_episodes = recipe.eval.episodes  # what num_test_episodes reports
+        self.run.recipe = recipe
 
     def log(self, name: str, value: float) -> None:
         """A value of your own to every logger of the run at the current frame (a column of ``metrics.csv``): during

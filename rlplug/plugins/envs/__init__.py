@@ -205,6 +205,9 @@ def make_gym(
     """
     from rlplug.plugins.envs.gym import make_gym_vector_env
 
+    # validation registered the id's package in the process that read the recipe; a Ray worker builds the env
+    # from the pickled component in a process of its own, where nothing has yet
+    register_env_packages(id)
     if num_envs > MANY_ENVS:  # maybe meant (a cheap env), maybe a digit too many: either way, not silence
         import warnings
 
