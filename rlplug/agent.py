@@ -120,13 +120,13 @@ class Agent:
             ("run.checkpoint_every_frames", checkpoint_every_frames), ("run.compile", compile),
             ("eval.env", dict(eval_env) if isinstance(eval_env, Mapping) else None)) if value is not None}
         if changes:
-            self.change_recipe(changes, new_eval_env=eval_env is None or "eval.env" in changes)
+            self._change_recipe(changes, new_eval_env=eval_env is None or "eval.env" in changes)
         if eval_env is not None and "eval.env" not in changes:
             self.run.use_eval_env(borrowed_eval_env(self.run.env, eval_env), borrowed=True)
         return self.run.train(max_frames=max_frames, max_episodes=max_episodes, max_iters=max_iters,
                               eval_every=eval_every, callbacks=callbacks)
 
-    def change_recipe(self, changes: Mapping[str, Any], *, new_eval_env: bool) -> None:
+    def _change_recipe(self, changes: Mapping[str, Any], *, new_eval_env: bool) -> None:
         """The run's recipe with ``changes`` (dotted keys), validated, and what they change built: an eval env of
         the new ``[eval.env]`` or episode count where the run builds its own (``new_eval_env``), the update
         compiled. Everything is checked before anything changes, so a refused call leaves the run as it was."""
