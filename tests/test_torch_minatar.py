@@ -82,8 +82,8 @@ def policy(rng: np.random.Generator, observation: np.ndarray) -> int:
 @pytest.mark.parametrize("sticky", [0.0, 0.1])
 def test_steps_equal_minatars(road, sticky):
     """8 copies and their MinAtar twins, given the same actions and MinAtar's random draws, give the same
-    observations, rewards and terminations for 4,800 steps: games lost, bricks broken, all bricks cleared and
-    refilled, and sticky actions taken."""
+    observations, rewards and terminations for 4,800 steps: games lost, bricks broken, a brick hit just after
+    another entered (not broken), all bricks cleared and refilled, and sticky actions taken."""
     copies, steps = 8, 600
     rng = np.random.default_rng(0)
     games = twins(copies, sticky)
@@ -105,7 +105,7 @@ def test_steps_equal_minatars(road, sticky):
         observations[k] = games[k].unwrapped.game.state()
         if road == "tensordict":
             following["observation"][k] = torch.from_numpy(observations[k])
-    seen = {"lost": 0, "reward": 0, "refilled": 0, "stuck": 0}
+    seen = {"lost": 0, "reward": 0, "refilled": 0, "stuck": 0, "inside a brick": 0}
     for _ in range(steps):
         actions = [policy(rng, o) for o in observations]
         draws.queue.append([next_rand(twin) for twin in games])
@@ -129,6 +129,7 @@ def test_steps_equal_minatars(road, sticky):
             assert reward[k] == twin_reward and terminated[k] == twin_terminated and not truncated[k]
             seen["reward"] += twin_reward
             seen["refilled"] += observation[..., BRICK].sum() > observations[k][..., BRICK].sum()
+            seen["inside a brick"] += (observation[..., BALL] & observation[..., BRICK]).any()  # hit just after one
             if k in ended:
                 seen["lost"] += 1
                 observation = games[k].reset()[0]
@@ -136,6 +137,33 @@ def test_steps_equal_minatars(road, sticky):
             observations[k] = observation
     assert seen["lost"] >= 20 and seen["reward"] >= 200 and seen["refilled"] >= 2, seen
     assert seen["stuck"] >= 100 or sticky == 0, seen
+    assert seen["inside a brick"] >= 20, seen
+
+
+@needs_minatar
+def test_a_ball_that_just_broke_a_brick_enters_the_next_ones():
+    """MinAtar's rarest rule, which play seldom reaches: on the steps right after breaking a brick the ball goes
+    into the bricks it hits without breaking them, as long as it hits one each step."""
+    game = twins(1, 0.0)[0].unwrapped.game
+    env = Breakout(1, sticky_action_prob=0.0)
+    env.reset()
+    bricks = np.zeros((10, 10))
+    for y, x in ((3, 4), (5, 3), (6, 2)):  # above-left of the ball, then on its way back down
+        bricks[y, x] = 1
+    board = {"ball_x": 5, "ball_y": 4, "ball_dir": 0, "last_x": 6, "last_y": 5, "paddle": 8}
+    for key, value in board.items():
+        env.state[key] = torch.tensor([value])
+        setattr(game.env, {"paddle": "pos"}.get(key, key), value)
+    game.env.brick_map = bricks
+    env.state["bricks"] = torch.from_numpy(bricks.astype(bool)).unsqueeze(0)
+    rewards = []
+    for _ in range(4):
+        reward, _ = game.act(0)
+        _, ours, _ = env.step_arrays(np.array([0]))[:3]
+        np.testing.assert_array_equal(env.observe(env.state)[0].numpy(), game.state())
+        assert ours[0] == reward
+        rewards.append(reward)
+    assert rewards == [1, 0, 0, 0] and game.state()[..., BRICK].sum() == 2
 
 
 @needs_minatar
