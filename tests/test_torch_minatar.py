@@ -20,8 +20,8 @@ import rlplug
 from rlplug.plugins.envs.torch_minatar import BALL, BRICK, BRICK_ROWS, PADDLE, TRAIL, Breakout
 
 ENV_ID = "MinAtar/Breakout-v1"
-needs_minatar = pytest.mark.skipif(find_spec("minatar") is None,
-                                   reason="MinAtar is not installed (pip install \"rlplug[test]\" or \"rlplug[minatar]\")")
+needs_minatar = pytest.mark.skipif(
+    find_spec("minatar") is None, reason="MinAtar is not installed: pip install \"rlplug[minatar]\" (or [test])")
 
 
 class Draws:
@@ -126,7 +126,7 @@ def test_steps_equal_minatars(road, sticky):
         assert not draws.queue  # each draw asked for once, when MinAtar made it
         for k, (observation, twin_reward, twin_terminated, twin_truncated, _) in enumerate(expected):
             np.testing.assert_array_equal(next_observation[k], observation)
-            assert reward[k] == twin_reward and terminated[k] == twin_terminated and not truncated[k]
+            assert reward[k] == twin_reward and terminated[k] == twin_terminated and truncated[k] == twin_truncated
             seen["reward"] += twin_reward
             seen["refilled"] += observation[..., BRICK].sum() > observations[k][..., BRICK].sum()
             seen["inside a brick"] += (observation[..., BALL] & observation[..., BRICK]).any()  # hit just after one
@@ -164,6 +164,25 @@ def test_a_ball_that_just_broke_a_brick_enters_the_next_ones():
         assert ours[0] == reward
         rewards.append(reward)
     assert rewards == [1, 0, 0, 0] and game.state()[..., BRICK].sum() == 2
+
+
+@needs_minatar
+def test_a_lost_game_stepped_again_stays_lost():
+    """TorchRL's plain ``step`` restarts nothing: a lost game stepped again stays as it was, reward 0, still
+    terminated, as MinAtar's does (its ball from the left wall passes the still paddle on the 6th step)."""
+    game = twins(1, 0.0)[0].unwrapped.game
+    env = Breakout(1, sticky_action_prob=0.0, draw=lambda count: torch.zeros(count))  # the left wall's start
+    game.env.random.seed(0)
+    while game.env.reset() or game.env.ball_x != 0:  # MinAtar's start at the left wall too
+        pass
+    state, ended = env.reset(), []
+    for _ in range(10):
+        reward, terminal = game.act(0)
+        state = env.step(state.set("action", torch.tensor([[1, 0, 0]])))["next"]
+        np.testing.assert_array_equal(state["observation"][0].numpy(), game.state())
+        assert state["reward"].item() == reward and state["terminated"].item() == terminal
+        ended.append(terminal)
+    assert ended == [False] * 5 + [True] * 5
 
 
 @needs_minatar

@@ -14,6 +14,7 @@ then restarts only the copies that ended (``_reset`` with its ``_reset`` mask)."
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -85,8 +86,7 @@ class BatchedEnv(EnvBase):
         if ended is None:
             self.state, self.elapsed = fresh, torch.zeros_like(self.elapsed)
         else:
-            # one flag per copy, broadcast over a tensor's trailing dims (a TensorDict's are its own)
-            self.state = torch.where(ended.view(-1, *[1] * (self.state.ndim - 1)), fresh, self.state)
+            self.state = where_copies(ended, fresh, self.state)
             self.elapsed = torch.where(ended, 0, self.elapsed)
         return self.observe(self.state)
 
@@ -140,6 +140,13 @@ class BatchedEnv(EnvBase):
         observation = self.restart(ended) if bool(ended.any()) else next_observation
         return (next_observation.numpy(), reward.numpy(), terminated.numpy(), truncated.numpy(),
                 observation.numpy())
+
+
+def where_copies(chosen: torch.Tensor, these: Any, others: Any) -> Any:
+    """States (tensors or TensorDicts, the copies first) taken from ``these`` for the copies ``chosen`` marks
+    (``[num_envs]`` bool) and from ``others`` for the rest."""
+    # one flag per copy, broadcast over a tensor's trailing dims (a TensorDict's batch is the copies alone)
+    return torch.where(chosen.view(-1, *[1] * (others.ndim - 1)), these, others)
 
 
 class ClassicControl(BatchedEnv):

@@ -20,7 +20,7 @@ import torch
 from tensordict import TensorDict
 from torchrl.data import Composite, Unbounded
 
-from rlplug.plugins.envs.torch_classic import BatchedEnv
+from rlplug.plugins.envs.torch_classic import BatchedEnv, where_copies
 
 SIZE = 10
 #: the observation's channels, in MinAtar's order
@@ -127,9 +127,11 @@ class Breakout(BatchedEnv):
         direction = torch.where(middle, self.flip_y[direction], torch.where(edge, self.flip_both[direction],
                                                                             direction))
         new_y = torch.where(middle | edge, y, new_y)
-        over = state["over"]
-        lost = ~over & bottom & ~middle & ~edge
+        lost = bottom & ~middle & ~edge
         played = TensorDict({"ball_x": new_x, "ball_y": new_y, "ball_dir": direction, "paddle": paddle,
                              "last_x": x, "last_y": y, "strike": brick, "over": lost, "bricks": bricks},
                             batch_size=state.batch_size, device=self.device)
-        return torch.where(over, state, played), (breaks & ~over).to(torch.float32), over | lost
+        over = state["over"]
+        if bool(over.any()):  # only where a lost game is stepped without a restart (both roads restart it)
+            return where_copies(over, state, played), (breaks & ~over).to(torch.float32), over | lost
+        return played, breaks.to(torch.float32), lost
