@@ -215,14 +215,17 @@ def test_no_time_limit_but_the_one_asked_for():
 
 
 def test_a_seed_repeats_its_games():
-    """The same seed gives the same starts and sticky actions; another seed other ones."""
-    def play(seed: int) -> torch.Tensor:
-        torch.manual_seed(0)  # the same random actions every time: only the env's seed changes
+    """The same seed gives the same starts and sticky actions, whatever the env played before (a seed forgets
+    the actions before, which sticky actions repeat); another seed other ones."""
+    def play(seed: int, before: int = 0) -> torch.Tensor:
         env = rlplug.make("env", "torch-classic", id=ENV_ID, num_envs=16)
+        if before:
+            env.rollout(before, break_when_any_done=False)
+        torch.manual_seed(0)  # the same random actions every time: only the env's seed changes
         env.set_seed(seed)
         return env.rollout(60, break_when_any_done=False)["observation"]
 
-    first, again, other = play(3), play(3), play(4)
+    first, again, other = play(3), play(3, before=25), play(4)
     assert torch.equal(first, again)
     assert not torch.equal(first, other)
 
