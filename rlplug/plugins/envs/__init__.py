@@ -229,31 +229,41 @@ def make_gym(
 
 #: the gymnasium ids torch-classic has (rlplug.plugins.envs.torch_classic.CLASSES: one class each)
 TORCH_CLASSIC_IDS = ("CartPole-v1", "Pendulum-v1", "Acrobot-v1", "MountainCarContinuous-v0")
+#: the MinAtar ids it has (rlplug.plugins.envs.torch_minatar: MinAtar's games in torch)
+TORCH_MINATAR_IDS = ("MinAtar/Breakout-v1",)
 
 
 def torch_classic_id_problem(env_id: str) -> str | None:
     """The problem with an id for ``torch-classic``, or None."""
-    if env_id in TORCH_CLASSIC_IDS:
+    ids = TORCH_CLASSIC_IDS + TORCH_MINATAR_IDS
+    if env_id in ids:
         return None
-    return (f"torch-classic has no '{env_id}'{did_you_mean(env_id, TORCH_CLASSIC_IDS)}; its ids: "
-            f"{', '.join(TORCH_CLASSIC_IDS)} (any other gymnasium id: use = \"gym\")")
+    return (f"torch-classic has no '{env_id}'{did_you_mean(env_id, ids)}; its ids: "
+            f"{', '.join(ids)} (any other gymnasium id: use = \"gym\")")
 
 
 def make_torch_classic(
-    #: the gymnasium id of the env it follows: CartPole-v1, Pendulum-v1, Acrobot-v1, MountainCarContinuous-v0
+    #: the gymnasium id of the env it follows: CartPole-v1, Pendulum-v1, Acrobot-v1, MountainCarContinuous-v0,
+    #: MinAtar/Breakout-v1
     id: Annotated[str, Check(torch_classic_id_problem)],
     #: copies of the env, stepped together as one batch of tensors
     num_envs: Annotated[int, Range(ge=1)] = 1,
-    #: a time limit (truncation) instead of the id's own (500, 200, 500 and 999 steps)
+    #: a time limit (truncation) instead of the id's own (500, 200, 500 and 999 steps; MinAtar's: none)
     max_episode_steps: Annotated[int, Range(ge=1)] | None = None,
     device: str = "cpu",
 ):
-    """gymnasium's classic-control envs in torch, every copy stepped at once on the run's device.
+    """gymnasium's classic-control envs and MinAtar's Breakout in torch, every copy stepped at once on the run's
+    device.
 
     All ``num_envs`` copies are stepped as one tensor operation on ``run.device`` (a GPU keeps envs, policy
-    and update there), with gymnasium's dynamics, rewards, terminations and time limits and the observations
-    and actions of the ``gym`` env of the same id: a recipe switches by its ``use`` alone. Copies that end
-    restart at once, from the env's seeded random stream; on the CPU it offers rlplug's array road."""
+    and update there), with gymnasium's (MinAtar's) dynamics, rewards, terminations, time limits, random
+    starts and sticky actions and the observations and actions of the ``gym`` env of the same id: a recipe
+    switches by its ``use`` alone. Copies that end restart at once, from the env's seeded random stream; on
+    the CPU it offers rlplug's array road."""
+    if id in TORCH_MINATAR_IDS:
+        from rlplug.plugins.envs.torch_minatar import Breakout
+
+        return Breakout(num_envs, max_episode_steps=max_episode_steps, device=device)
     from rlplug.plugins.envs.torch_classic import make_classic
 
     return make_classic(id, num_envs=num_envs, max_episode_steps=max_episode_steps, device=device)

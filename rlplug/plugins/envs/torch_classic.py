@@ -14,6 +14,7 @@ then restarts only the copies that ended (``_reset`` with its ``_reset`` mask)."
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,45 +25,31 @@ from torchrl.envs import EnvBase
 F64 = torch.float64
 
 
-class ClassicControl(EnvBase):
-    """``num_envs`` copies of one classic-control env as a batched TorchRL env.
+class BatchedEnv(EnvBase):
+    """``num_envs`` copies of one env as a batched TorchRL env: what every ``torch-classic`` env shares.
 
-    :attr:`state` (``[num_envs, state_size]``, float64) and :attr:`elapsed` (steps into each episode) are the
-    whole of it: setting them sets the copies (the equality tests start from gymnasium's states this way).
-    A subclass says what its observations, start states and actions are and gives :meth:`observe` and
+    It keeps the copies' seeded random stream (:attr:`generator`), their steps into the episode
+    (:attr:`elapsed`) and time limit, restarts the copies that ended, and offers TorchRL's road and rlplug's
+    array road. A subclass keeps its copies in :attr:`state` (a tensor or a TensorDict, the copies first:
+    setting it sets them), sets its observation spec and gives :meth:`start`, :meth:`observe` and
     :meth:`advance`."""
 
-    #: the gymnasium id it follows, and that id's time limit
+    #: the gymnasium id it follows, and that id's time limit (None: it has none)
     env_id: str
-    max_steps: int
-    state_size: int
-    #: the observation's bounds, as gymnasium's Box gives them (float32)
-    observation_low: tuple[float, ...]
-    observation_high: tuple[float, ...]
-    #: start states are drawn uniformly between these (a bound equal on both sides: that value)
-    start_low: tuple[float, ...]
-    start_high: tuple[float, ...]
+    max_steps: int | None
     #: discrete actions: how many; continuous (one float): None, with its bounds
     actions: int | None = None
     action_bounds: tuple[float, float] = (-1.0, 1.0)
+    state: torch.Tensor | TensorDictBase
 
     def __init__(self, num_envs: int = 1, max_episode_steps: int | None = None, device: str | None = "cpu"):
         super().__init__(device=device, batch_size=[num_envs])
         self.max_episode_steps = max_episode_steps or self.max_steps
         n, device = num_envs, self.device
-        self.state = torch.zeros(n, self.state_size, dtype=F64, device=device)
         self.elapsed = torch.zeros(n, dtype=torch.int64, device=device)
-        self.start_from = torch.tensor(self.start_low, dtype=F64, device=device)
-        self.start_span = torch.tensor(self.start_high, dtype=F64, device=device) - self.start_from
         self.generator = torch.Generator(device=device)
         # unseeded, the copies start from torch's global random stream (torch.manual_seed makes them repeat)
         self.generator.manual_seed(int(torch.randint(2**62, ())))
-        size = len(self.observation_low)
-        low = torch.tensor(self.observation_low, dtype=torch.float32, device=device).expand(n, size)
-        high = torch.tensor(self.observation_high, dtype=torch.float32, device=device).expand(n, size)
-        self.observation_spec = Composite(
-            observation=Bounded(low, high, shape=(n, size), dtype=torch.float32, device=device), shape=(n,),
-            device=device)
         if self.actions is not None:
             self.action_spec = OneHot(self.actions, shape=(n, self.actions), dtype=torch.int64, device=device)
         else:
@@ -74,18 +61,16 @@ class ClassicControl(EnvBase):
 
     # -- what a subclass gives ------------------------------------------------------------------------
 
-    def start(self, count: int) -> torch.Tensor:
-        """``count`` start states, float64 ``[count, state_size]``: uniform draws from :attr:`generator` between
-        the start bounds, as numpy's ``uniform`` makes them (``low + (high - low) * u``)."""
-        draws = torch.rand(count, self.state_size, generator=self.generator, dtype=F64, device=self.device)
-        return self.start_from + self.start_span * draws
-
-    def observe(self, state: torch.Tensor) -> torch.Tensor:
-        """The float32 observations of states."""
+    def start(self, count: int) -> torch.Tensor | TensorDictBase:
+        """``count`` start states, drawn from :attr:`generator`."""
         raise NotImplementedError
 
-    def advance(self, state: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One step of every copy: ``(next state, reward (float64), terminated)``, all ``[num_envs, ...]``;
+    def observe(self, state) -> torch.Tensor:
+        """The observations of states, in the dtype of the observation spec."""
+        raise NotImplementedError
+
+    def advance(self, state, action: torch.Tensor) -> tuple:
+        """One step of every copy: ``(next state, reward, terminated)``, all ``[num_envs, ...]``;
         ``action`` is an index per copy (discrete) or the float32 action ``[num_envs, 1]``."""
         raise NotImplementedError
 
@@ -101,7 +86,7 @@ class ClassicControl(EnvBase):
         if ended is None:
             self.state, self.elapsed = fresh, torch.zeros_like(self.elapsed)
         else:
-            self.state = torch.where(ended.unsqueeze(-1), fresh, self.state)
+            self.state = where_copies(ended, fresh, self.state)
             self.elapsed = torch.where(ended, 0, self.elapsed)
         return self.observe(self.state)
 
@@ -111,7 +96,9 @@ class ClassicControl(EnvBase):
         does, whether or not it also terminated."""
         self.state, reward, terminated = self.advance(self.state, action)
         self.elapsed = self.elapsed + 1
-        return self.observe(self.state), reward.to(torch.float32), terminated, self.elapsed >= self.max_episode_steps
+        truncated = (self.elapsed >= self.max_episode_steps if self.max_episode_steps is not None
+                     else torch.zeros_like(terminated))
+        return self.observe(self.state), reward.to(torch.float32), terminated, truncated
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs) -> TensorDictBase:
         mask = tensordict.get("_reset", None) if tensordict is not None else None
@@ -153,6 +140,48 @@ class ClassicControl(EnvBase):
         observation = self.restart(ended) if bool(ended.any()) else next_observation
         return (next_observation.numpy(), reward.numpy(), terminated.numpy(), truncated.numpy(),
                 observation.numpy())
+
+
+def where_copies(chosen: torch.Tensor, these: Any, others: Any) -> Any:
+    """States (tensors or TensorDicts, the copies first) taken from ``these`` for the copies ``chosen`` marks
+    (``[num_envs]`` bool) and from ``others`` for the rest."""
+    # one flag per copy, broadcast over a tensor's trailing dims (a TensorDict's batch is the copies alone)
+    return torch.where(chosen.view(-1, *[1] * (others.ndim - 1)), these, others)
+
+
+class ClassicControl(BatchedEnv):
+    """``num_envs`` copies of one classic-control env: :attr:`state` is ``[num_envs, state_size]`` float64 (the
+    equality tests start the copies from gymnasium's states by setting it); observations are float32 vectors
+    within gymnasium's Box bounds; start states are uniform draws between the start bounds."""
+
+    max_steps: int
+    state: torch.Tensor
+    state_size: int
+    #: the observation's bounds, as gymnasium's Box gives them (float32)
+    observation_low: tuple[float, ...]
+    observation_high: tuple[float, ...]
+    #: start states are drawn uniformly between these (a bound equal on both sides: that value)
+    start_low: tuple[float, ...]
+    start_high: tuple[float, ...]
+
+    def __init__(self, num_envs: int = 1, max_episode_steps: int | None = None, device: str | None = "cpu"):
+        super().__init__(num_envs, max_episode_steps=max_episode_steps, device=device)
+        n, device = num_envs, self.device
+        self.state = torch.zeros(n, self.state_size, dtype=F64, device=device)
+        self.start_from = torch.tensor(self.start_low, dtype=F64, device=device)
+        self.start_span = torch.tensor(self.start_high, dtype=F64, device=device) - self.start_from
+        size = len(self.observation_low)
+        low = torch.tensor(self.observation_low, dtype=torch.float32, device=device).expand(n, size)
+        high = torch.tensor(self.observation_high, dtype=torch.float32, device=device).expand(n, size)
+        self.observation_spec = Composite(
+            observation=Bounded(low, high, shape=(n, size), dtype=torch.float32, device=device), shape=(n,),
+            device=device)
+
+    def start(self, count: int) -> torch.Tensor:
+        """``count`` start states, float64 ``[count, state_size]``: uniform draws from :attr:`generator` between
+        the start bounds, as numpy's ``uniform`` makes them (``low + (high - low) * u``)."""
+        draws = torch.rand(count, self.state_size, generator=self.generator, dtype=F64, device=self.device)
+        return self.start_from + self.start_span * draws
 
 
 def as_float32(values: torch.Tensor) -> torch.Tensor:
