@@ -183,6 +183,45 @@ class Learners:
             self.scaler.load_state_dict(state["scaler"])
 
 
+class FlatTargets:
+    """A loss's target copies moved by polyak averaging as one ``lerp_`` per learner instead of one per tensor:
+    each learner's targets (the loss's ``target_parameters``) made views of one flat tensor laid out as the
+    learner's :class:`FlatParameters`, so a gradient step moves them with one kernel. The same numbers as the
+    loss's own ``update_targets`` (lerp acts element by element), which it stands in for."""
+
+    def __init__(self, pairs: dict[str, tuple[torch.Tensor, torch.Tensor]]):
+        self.pairs = pairs  # learner: (its targets' flat tensor, its parameters' flat tensor)
+
+    @classmethod
+    def where_possible(cls, targets: dict[str, list[torch.Tensor]] | None,
+                       trained: dict[str, FlatParameters | list[nn.Parameter]]) -> FlatTargets | None:
+        """The fused update of ``targets`` (by learner), or None where a learner is not flat, or its copies are
+        not laid out as its parameters (then the loss's own ``update_targets`` serves)."""
+        if not targets:
+            return None
+        onlines: dict[str, FlatParameters] = {}
+        for name, copies in targets.items():
+            online = trained.get(name)
+            if not isinstance(online, FlatParameters) or len(copies) != len(online.parameters):
+                return None
+            if any(c is p or (c.shape, c.dtype, c.device) != (p.shape, p.dtype, p.device)
+                   for c, p in zip(copies, online.parameters)):
+                return None
+            onlines[name] = online
+        # FlatParameters only rebinds each tensor's data: the targets need not be nn.Parameters
+        return cls({name: (FlatParameters(list(copies), trained=False).flat, onlines[name].flat)  # type: ignore[arg-type]
+                    for name, copies in targets.items()})
+
+    @torch.no_grad()
+    def __call__(self, tau: float) -> None:
+        """``target = (1 - tau) target + tau online`` (``tau = 1``: a copy)."""
+        for target, online in self.pairs.values():
+            if tau == 1.0:
+                target.copy_(online)
+            else:
+                target.lerp_(online, tau)
+
+
 def learning_rates(lr: float | list[float]) -> tuple[float, float]:
     """``lr`` as (actor, critic): one number for both, or the pair."""
     if isinstance(lr, (int, float)):

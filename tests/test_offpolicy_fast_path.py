@@ -1,0 +1,79 @@
+"""The off-policy per-step fast paths (issue 29, item 4), each against the plain path it stands in for: the same
+parameters after several gradient steps on the same samples, from the same seed."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import ROOT, built_algorithm
+from conftest import pendulum_transitions as transitions
+
+from rlplug.core.training import MetricMean
+from rlplug.plugins.algorithms.offpolicy.parts import FlatTargets
+
+STEPS = 6
+
+
+def recipe(name: str):
+    return ROOT / "recipes" / f"{name}.toml"
+
+
+def trained_state(algorithm) -> dict[str, torch.Tensor]:
+    """The loss's whole state (networks, targets, entropy coefficient) after STEPS gradient steps on the same
+    samples, the global generator seeded first (SAC's actions, TD3's target noise)."""
+    data = transitions(8 * (STEPS + 1), 0)
+    del data["next", "done"]  # not a stored key: the algorithms store terminations only
+    torch.manual_seed(0)
+    metrics = MetricMean()
+    for step in range(STEPS):
+        algorithm.gradient_step(data[8 * step: 8 * step + 16], metrics)
+    return {key: value.detach().clone() for key, value in algorithm.loss_module.state_dict().items()}
+
+
+def algorithm_of(name: str, loss: str | None = None, **keys: str):
+    overrides = ["algorithm.learning_starts=0", "algorithm.batch_size=16"]
+    if loss is not None:
+        extra = "".join(f", {key} = {value}" for key, value in keys.items())
+        overrides.append(f'algorithm.loss={{use = "{loss}"{extra}}}')
+    return built_algorithm(recipe(name), 0, overrides)[0]
+
+
+@pytest.mark.parametrize("name, loss", [
+    ("pendulum-ddpg", None), ("pendulum-td3", None), ("pendulum-sac", None),
+    ("pendulum-ddpg", "DDPGLoss"), ("pendulum-td3", "TD3Loss"), ("pendulum-sac", "SACLoss"),
+])
+def test_targets_move_in_one_kernel_per_learner_exactly_as_the_loss_moves_them(name, loss):
+    fused = algorithm_of(name, loss)
+    assert isinstance(fused.update_targets, FlatTargets)  # the fast path is the one taken
+    assert fused.update_targets.pairs.keys() == fused.loss_module.target_parameters.keys()
+    plain = algorithm_of(name, loss)
+    plain.update_targets = plain.loss_module.update_targets  # rlplug's per-tensor polyak, or TorchRL's SoftUpdate
+    fast, slow = trained_state(fused), trained_state(plain)
+    assert fast.keys() == slow.keys()
+    for key in fast:
+        assert torch.equal(fast[key], slow[key]), key
+    moved = [key for key in fast if "target" in key]
+    assert moved and any(not torch.equal(fast[key], value) for key, value in
+                         algorithm_of(name, loss).loss_module.state_dict().items() if key in moved)
+
+
+def test_flat_targets_stay_the_loss_own_tensors_so_checkpoints_load_into_them():
+    algorithm = algorithm_of("pendulum-sac")
+    trained_state(algorithm)
+    state = {key: value.clone() for key, value in algorithm.loss_module.state_dict().items()}
+    fresh = algorithm_of("pendulum-sac")
+    fresh.loss_module.load_state_dict(state)  # in place, into the views of the flat targets
+    fresh.update_targets(1.0)
+    algorithm.update_targets(1.0)
+    for key, value in algorithm.loss_module.state_dict().items():
+        assert torch.equal(fresh.loss_module.state_dict()[key], value), key
+
+
+def test_targets_not_laid_out_as_their_learner_keep_the_loss_own_update():
+    algorithm = algorithm_of("pendulum-ddpg")
+    learners = algorithm.learners.trained
+    targets = algorithm.loss_module.target_parameters
+    assert FlatTargets.where_possible({"critic": targets["critic"][::-1]}, learners) is None  # another order
+    assert FlatTargets.where_possible({"critic": targets["critic"]}, {"critic": list(targets["critic"])}) is None
+    assert FlatTargets.where_possible({}, learners) is None
+
