@@ -311,8 +311,9 @@ def with_learners(loss, gamma: float, groups: dict[str, str], terms: dict[str, s
     if not targets:
         loss.no_targets = True
         return loss
-    loss.target_parameters = torchrl_targets(loss, groups)
-    return with_target_updates(loss)
+    loss = with_target_updates(loss)
+    loss.target_parameters = torchrl_targets(loss, groups)  # read once SoftUpdate is associated: no warning
+    return loss
 
 
 def torchrl_targets(loss, groups: dict[str, str]) -> dict[str, list]:
