@@ -73,9 +73,10 @@ def test_targets_not_laid_out_as_their_learner_keep_the_loss_own_update():
     algorithm = algorithm_of("pendulum-ddpg")
     learners = algorithm.learners.trained
     targets = algorithm.loss_module.target_parameters
-    assert FlatTargets.where_possible({"critic": targets["critic"][::-1]}, learners) is None  # another order
-    assert FlatTargets.where_possible({"critic": targets["critic"]}, {"critic": list(targets["critic"])}) is None
-    assert FlatTargets.where_possible({}, learners) is None
+    own = algorithm.loss_module.update_targets
+    assert FlatTargets.where_possible({"critic": targets["critic"][::-1]}, learners, own) is None  # another order
+    assert FlatTargets.where_possible({"critic": targets["critic"]}, {"critic": list(targets["critic"])}, own) is None
+    assert FlatTargets.where_possible({}, learners, own) is None
 
 
 def test_torchrl_sac_loss_loops_over_its_critics_on_the_cpu_with_vmap_values():
@@ -86,3 +87,26 @@ def test_torchrl_sac_loss_loops_over_its_critics_on_the_cpu_with_vmap_values():
     fast, slow = trained_state(looped), trained_state(vmapped)
     for key in fast:  # one matmul per critic against a batched one: the same up to float rounding
         torch.testing.assert_close(fast[key], slow[key], rtol=1e-5, atol=1e-6)
+
+
+def test_targets_seated_elsewhere_are_moved_by_the_loss_own_update():
+    """Seeds trained together seat each seed's parameters and targets in their stacks (new flat tensors): the
+    seed's own update (DQN's, by frames) must move them there, not the flat tensors they left."""
+    from rlplug.core.training import FlatParameters
+
+    algorithm, plain = algorithm_of("pendulum-ddpg"), algorithm_of("pendulum-ddpg")
+    for each in (algorithm, plain):
+        for name, copies in each.loss_module.target_parameters.items():
+            FlatParameters(list(copies), trained=False)  # re-seated, as the stacks do
+            FlatParameters(each.learners.groups[name])
+            with torch.no_grad():
+                for p in each.learners.groups[name]:
+                    p.add_(1.0)  # the online networks away from their targets
+    assert isinstance(algorithm.update_targets, FlatTargets) and not algorithm.update_targets.holds()
+    algorithm.update_targets(0.5)
+    plain.loss_module.update_targets(0.5)
+    moved, wanted = algorithm.loss_module.state_dict(), plain.loss_module.state_dict()
+    assert any(not torch.equal(moved[key], value) for key, value in algorithm_of("pendulum-ddpg").loss_module
+               .state_dict().items() if "target" in key)
+    for key, value in wanted.items():
+        assert torch.equal(moved[key], value), key

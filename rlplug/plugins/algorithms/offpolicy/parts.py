@@ -187,16 +187,19 @@ class FlatTargets:
     """A loss's target copies moved by polyak averaging as one ``lerp_`` per learner instead of one per tensor:
     each learner's targets (the loss's ``target_parameters``) made views of one flat tensor laid out as the
     learner's :class:`FlatParameters`, so a gradient step moves them with one kernel. The same numbers as the
-    loss's own ``update_targets`` (lerp acts element by element), which it stands in for."""
+    loss's own ``update_targets`` (lerp acts element by element), which it stands in for, and which serves
+    instead once the parameters live elsewhere (seeds trained together seat them in their stacks)."""
 
-    def __init__(self, pairs: dict[str, tuple[torch.Tensor, torch.Tensor]]):
-        self.pairs = pairs  # learner: (its targets' flat tensor, its parameters' flat tensor)
+    def __init__(self, pairs: dict[str, tuple[FlatParameters, FlatParameters]], own: Callable[[float], None]):
+        self.pairs = pairs  # learner: (its targets, its parameters), each one flat tensor
+        self.own = own
 
     @classmethod
     def where_possible(cls, targets: dict[str, list[torch.Tensor]] | None,
-                       trained: dict[str, FlatParameters | list[nn.Parameter]]) -> FlatTargets | None:
+                       trained: dict[str, FlatParameters | list[nn.Parameter]],
+                       own: Callable[[float], None]) -> FlatTargets | None:
         """The fused update of ``targets`` (by learner), or None where a learner is not flat, or its copies are
-        not laid out as its parameters (then the loss's own ``update_targets`` serves)."""
+        not laid out as its parameters (then the loss's own update, ``own``, serves)."""
         if not targets:
             return None
         onlines: dict[str, FlatParameters] = {}
@@ -209,18 +212,25 @@ class FlatTargets:
                 return None
             onlines[name] = online
         # FlatParameters only rebinds each tensor's data: the targets need not be nn.Parameters
-        return cls({name: (FlatParameters(list(copies), trained=False).flat, onlines[name].flat)  # type: ignore[arg-type]
-                    for name, copies in targets.items()})
+        return cls({name: (FlatParameters(list(copies), trained=False), onlines[name])  # type: ignore[arg-type]
+                    for name, copies in targets.items()}, own)
+
+    def holds(self) -> bool:
+        """Whether the flat tensors still hold the parameters (their first ones are where the flats start)."""
+        return all(flat.parameters[0].data_ptr() == flat.flat.data_ptr()
+                   for pair in self.pairs.values() for flat in pair)
 
     @torch.no_grad()
     def __call__(self, tau: float) -> None:
         """``target = (1 - tau) target + tau online`` (``tau = 1``: a copy)."""
+        if not self.holds():
+            self.own(tau)
+            return
         for target, online in self.pairs.values():
             if tau == 1.0:
-                target.copy_(online)
+                target.flat.copy_(online.flat)
             else:
-                target.lerp_(online, tau)
-
+                target.flat.lerp_(online.flat, tau)
 
 def learning_rates(lr: float | list[float]) -> tuple[float, float]:
     """``lr`` as (actor, critic): one number for both, or the pair."""
