@@ -49,6 +49,7 @@ from rlplug.plugins.algorithms.offpolicy.contract import check_loss_contract, ch
 from rlplug.plugins.algorithms.offpolicy.gradients import GradientsInterface
 from rlplug.plugins.algorithms.offpolicy.parts import (
     EpisodeLabels,
+    FlatTargets,
     Learners,
     RandomActions,
     behind_preprocessor,
@@ -123,6 +124,11 @@ class OffPolicy(OffPolicyActing, GradientsInterface):
         # recurrent layers keep their weights where cuDNN wants them: no flat parameters for them
         self.learners = Learners(self.loss_module.parameter_groups, self.learning_rates(), config, device,
                                  flat=not self.sequences)
+        # the targets moved in one kernel per learner where they can be laid out as its flat parameters
+        if self.update_targets is not None:
+            fused = FlatTargets.where_possible(capability(self.loss_module, protocols.Loss.target_parameters),
+                                               self.learners.trained, self.update_targets)
+            self.update_targets = fused or self.update_targets
         stages = [behind_preprocessor(actor, self.preprocessor, action_spec), *self.exploration_stages()]
         self.random_actions = RandomActions(action_spec, env_dims) if config.random_frames > 0 else None
         if self.random_actions is not None:

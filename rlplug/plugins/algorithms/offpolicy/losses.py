@@ -311,4 +311,32 @@ def with_learners(loss, gamma: float, groups: dict[str, str], terms: dict[str, s
     if not targets:
         loss.no_targets = True
         return loss
-    return with_target_updates(loss)
+    loss = with_target_updates(loss)
+    loss.target_parameters = torchrl_targets(loss, groups)  # read once SoftUpdate is associated: no warning
+    return loss
+
+
+def torchrl_targets(loss, groups: dict[str, str]) -> dict[str, list]:
+    """Each learner's target copies in TorchRL's ``loss`` (its ``target_<attribute>`` beside ``<attribute>``),
+    in the order of ``parameter_groups``: the pairs TorchRL's ``SoftUpdate`` moves (a target that is the online
+    tensor itself, as SACLoss's actor's, is none), so that the algorithm can move them in one kernel. Empty
+    where a target is laid out otherwise (then SoftUpdate alone moves them)."""
+    from tensordict import TensorDictBase
+
+    targets = {}
+    for name, attribute in groups.items():
+        source, target = getattr(loss, attribute), getattr(loss, f"target_{attribute}", None)
+        if target is None:
+            continue
+        if not isinstance(source, TensorDictBase) or not isinstance(target, TensorDictBase):
+            return {}
+        keys = list(source.keys(True, True))
+        if set(keys) != set(target.keys(True, True)):
+            return {}
+        pairs = [(source.get(key), target.get(key)) for key in keys if source.get(key).requires_grad]
+        distinct = {not copy.is_set_to(online.data) for online, copy in pairs}
+        if distinct == {True}:
+            targets[name] = [copy for _, copy in pairs]
+        elif distinct != {False}:  # some copies, some the online tensors themselves
+            return {}
+    return targets

@@ -183,6 +183,55 @@ class Learners:
             self.scaler.load_state_dict(state["scaler"])
 
 
+class FlatTargets:
+    """A loss's target copies moved by polyak averaging as one ``lerp_`` per learner instead of one per tensor:
+    each learner's targets (the loss's ``target_parameters``) made views of one flat tensor laid out as the
+    learner's :class:`FlatParameters`, so a gradient step moves them with one kernel. The same numbers as the
+    loss's own ``update_targets`` (lerp acts element by element), which it stands in for, and which serves
+    instead once the parameters live elsewhere (seeds trained together seat them in their stacks)."""
+
+    def __init__(self, pairs: dict[str, tuple[FlatParameters, FlatParameters]], own: Callable[[float], None]):
+        self.pairs = pairs  # learner: (its targets, its parameters), each one flat tensor
+        self.own = own
+
+    @classmethod
+    def where_possible(cls, targets: dict[str, list[torch.Tensor]] | None,
+                       trained: dict[str, FlatParameters | list[nn.Parameter]],
+                       own: Callable[[float], None]) -> FlatTargets | None:
+        """The fused update of ``targets`` (by learner), or None where a learner is not flat, or its copies are
+        not laid out as its parameters (then the loss's own update, ``own``, serves)."""
+        if not targets:
+            return None
+        onlines: dict[str, FlatParameters] = {}
+        for name, copies in targets.items():
+            online = trained.get(name)
+            if not isinstance(online, FlatParameters) or len(copies) != len(online.parameters):
+                return None
+            if any(c is p or (c.shape, c.dtype, c.device) != (p.shape, p.dtype, p.device)
+                   for c, p in zip(copies, online.parameters)):
+                return None
+            onlines[name] = online
+        # FlatParameters only rebinds each tensor's data: the targets need not be nn.Parameters
+        return cls({name: (FlatParameters(list(copies), trained=False), onlines[name])  # type: ignore[arg-type]
+                    for name, copies in targets.items()}, own)
+
+    def holds(self) -> bool:
+        """Whether the flat tensors still hold the parameters (their first ones are where the flats start)."""
+        return all(flat.parameters[0].data_ptr() == flat.flat.data_ptr()
+                   for pair in self.pairs.values() for flat in pair)
+
+    @torch.no_grad()
+    def __call__(self, tau: float) -> None:
+        """``target = (1 - tau) target + tau online`` (``tau = 1``: a copy)."""
+        if not self.holds():
+            self.own(tau)
+            return
+        for target, online in self.pairs.values():
+            if tau == 1.0:
+                target.flat.copy_(online.flat)
+            else:
+                target.flat.lerp_(online.flat, tau)
+
 def learning_rates(lr: float | list[float]) -> tuple[float, float]:
     """``lr`` as (actor, critic): one number for both, or the pair."""
     if isinstance(lr, (int, float)):
