@@ -357,3 +357,33 @@ def test_a_node_lost_with_no_restarts_left_stops_with_a_checkpoint_and_one_line(
     rebuilt, _ = Run.from_checkpoint(out / "checkpoint.pt", tmp_path / "rebuilt", changes={"runner": {"use": "local"}})
     assert rebuilt.frames == summary["frames"]
     rebuilt.close(abandon=True)
+
+
+@pytest.mark.parametrize("name", ["cartpole-dqn", "pendulum-ddpg"])
+def test_workers_explore_on_the_learners_schedule(name):
+    """What the learner pushes to a worker (its policy's TensorDict, as RayCollection's updater sends it) carries
+    the exploration schedule: epsilon, the random first frames, the noise's position. As plain attributes they
+    stayed at their first values on the workers: DQN's workers acted at random for the whole run."""
+    from tensordict import TensorDict
+
+    from conftest import built_algorithm
+    from rlplug.plugins.runners.ray.worker import standalone_copy
+
+    algorithm, _ = built_algorithm(ROOT / "recipes" / f"{name}.toml", 0, ["run.total_frames=10000"])
+    worker_policy = standalone_copy(algorithm.policy)  # built when the run starts
+    algorithm.follow_frames(8000)  # past the random frames, epsilon's decay and most of a noise schedule
+    TensorDict.from_module(worker_policy).data.update_(TensorDict.from_module(algorithm.policy).data)  # as a worker does
+    modules = dict(worker_policy.named_modules())
+    learner_modules = dict(algorithm.policy.named_modules())
+    explored = [(n, m) for n, m in modules.items() if hasattr(m, "epsilon") or hasattr(m, "random_phase")
+                or hasattr(m, "scheduled_frames")]
+    assert explored
+    for path, module in explored:
+        mine = learner_modules[path]
+        for attribute in ("epsilon", "active", "frames"):
+            if hasattr(mine, attribute) and not callable(getattr(mine, attribute)):
+                assert getattr(module, attribute) == getattr(mine, attribute), (path, attribute)
+    random_phase = [m for m in modules.values() if hasattr(m, "random_phase")]
+    assert random_phase and not any(m.active for m in random_phase)
+    if name == "cartpole-dqn":
+        assert [m.epsilon for m in modules.values() if hasattr(m, "scheduled_epsilon")] == [algorithm.epsilon] != [1.0]

@@ -92,7 +92,17 @@ class ScheduledNoise(TensorDictModuleBase):
         self.final_sigma = None if final_sigma is None else float(final_sigma)
         self.schedule = schedule
         self.total_frames = total_frames
-        self.frames = 0
+        # the schedule's position as a buffer: it travels with the policy's weights to the ray runner's workers,
+        # whose noise would otherwise keep its first sigma for the whole run
+        self.register_buffer("scheduled_frames", torch.tensor(0, dtype=torch.int64), persistent=False)
+
+    @property
+    def frames(self) -> int:
+        return int(self.scheduled_frames)
+
+    @frames.setter
+    def frames(self, value: int) -> None:
+        self.scheduled_frames.fill_(int(value))
 
     @property
     def progress(self) -> float:

@@ -42,7 +42,18 @@ class EpsilonGreedy(TensorDictModuleBase):
         super().__init__()
         self.in_keys, self.out_keys = ["action_value"], ["action"]
         self.one_hot = isinstance(action_spec, OneHot)
-        self.epsilon = epsilon
+        # a buffer, not a float: it travels with the policy's weights, so the ray runner's workers explore with the
+        # learner's schedule (a float stayed at its first value there for the whole run); float64 keeps it exact
+        self.register_buffer("scheduled_epsilon", torch.tensor(float(epsilon), dtype=torch.float64),
+                             persistent=False)
+
+    @property
+    def epsilon(self) -> float:
+        return float(self.scheduled_epsilon)
+
+    @epsilon.setter
+    def epsilon(self, value: float) -> None:
+        self.scheduled_epsilon.fill_(float(value))
 
     def forward(self, data: TensorDictBase) -> TensorDictBase:
         data.set("action", self.act_on(data.get("action_value")))
@@ -52,8 +63,9 @@ class EpsilonGreedy(TensorDictModuleBase):
         """The action for ``[..., actions]`` Q-values (what :meth:`forward` writes; the collector's array road
         and seeds acting together call it directly)."""
         index = values.argmax(-1)
-        if exploring() and self.epsilon > 0:
-            explore = torch.rand(index.shape, device=index.device) < self.epsilon
+        epsilon = self.epsilon
+        if exploring() and epsilon > 0:
+            explore = torch.rand(index.shape, device=index.device) < epsilon
             index = torch.where(explore, torch.randint_like(index, values.shape[-1]), index)
         return functional.one_hot(index, values.shape[-1]) if self.one_hot else index
 

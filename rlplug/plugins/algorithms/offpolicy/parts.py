@@ -76,7 +76,16 @@ class RandomActions(TensorDictModuleBase):
         self.in_keys, self.out_keys = ["action"], ["action"]
         self.spec = action_spec[(0,) * env_dims] if env_dims else action_spec  # one env's actions
         self.one_hot = isinstance(self.spec, OneHot)  # DQN's random phase, in the env's layout
-        self.active = True
+        # a buffer, so that it travels with the policy's weights to the ray runner's workers (EpsilonGreedy's reason)
+        self.register_buffer("random_phase", torch.tensor(True), persistent=False)
+
+    @property
+    def active(self) -> bool:
+        return bool(self.random_phase)
+
+    @active.setter
+    def active(self, value: bool) -> None:
+        self.random_phase.fill_(bool(value))
 
     def forward(self, data: TensorDictBase) -> TensorDictBase:
         data.set("action", self.act_on(data.get("action")))
