@@ -364,15 +364,16 @@ def test_workers_explore_on_the_learners_schedule(name):
     """What the learner pushes to a worker (its policy's TensorDict, as RayCollection's updater sends it) carries
     the exploration schedule: epsilon, the random first frames, the noise's position. As plain attributes they
     stayed at their first values on the workers: DQN's workers acted at random for the whole run."""
+    from conftest import built_algorithm
     from tensordict import TensorDict
 
-    from conftest import built_algorithm
     from rlplug.plugins.runners.ray.worker import standalone_copy
 
     algorithm, _ = built_algorithm(ROOT / "recipes" / f"{name}.toml", 0, ["run.total_frames=10000"])
     worker_policy = standalone_copy(algorithm.policy)  # built when the run starts
     algorithm.follow_frames(8000)  # past the random frames, epsilon's decay and most of a noise schedule
-    TensorDict.from_module(worker_policy).data.update_(TensorDict.from_module(algorithm.policy).data)  # as a worker does
+    # what a worker does with the weights the learner pushes
+    TensorDict.from_module(worker_policy).data.update_(TensorDict.from_module(algorithm.policy).data)
     modules = dict(worker_policy.named_modules())
     learner_modules = dict(algorithm.policy.named_modules())
     explored = [(n, m) for n, m in modules.items() if hasattr(m, "epsilon") or hasattr(m, "random_phase")
