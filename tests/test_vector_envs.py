@@ -159,3 +159,31 @@ def test_a_vector_run_trains_as_the_sync_run(tmp_path):
     for name, value in sync_policy.items():
         assert torch.equal(vector_policy[name], value), name
     assert vector_summary["eval_return_mean"] == sync_summary["eval_return_mean"]
+
+
+# -- acting for every seed at once ---------------------------------------------------------------------------
+
+
+def test_a_plain_mlp_acts_for_every_seed_as_vmap_does():
+    """Acting with the seeds' stacked parameters by batched matrix products (no vmap per step): vmap's numbers,
+    each seed's row its own network's; anything but a plain MLP is left to vmap."""
+    from torch import nn
+    from torch.func import functional_call
+
+    from rlplug.core.stacked import stacked_mlp
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 32), nn.Tanh(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 3))
+    names = [name for name, _ in net.named_parameters()]
+    position = {id(p): i for i, p in enumerate(net.parameters())}
+    leaves = [torch.randn(5, *p.shape) for p in net.parameters()]
+    observation = torch.randn(5, 8, 4)
+    direct = stacked_mlp(net, position)
+    assert direct is not None
+    expected = torch.vmap(lambda ls, o: functional_call(net, dict(zip(names, ls)), (o,)))(leaves, observation)
+    assert torch.equal(direct(leaves, observation), expected)
+    for seed in range(5):
+        own = functional_call(net, {name: leaf[seed] for name, leaf in zip(names, leaves)}, (observation[seed],))
+        torch.testing.assert_close(direct(leaves, observation)[seed], own)
+    normalised = nn.Sequential(nn.Linear(4, 32), nn.LayerNorm(32), nn.Linear(32, 3))
+    assert stacked_mlp(normalised, {id(p): i for i, p in enumerate(normalised.parameters())}) is None
