@@ -108,8 +108,8 @@ def test_batched_seeds_step_as_one_array_with_each_seeds_own_batches(tmp_path):
     batches, through episode ends, a seed's restart from a checkpoint's seed, and a seed that leaves."""
     together, apart = batched([], tmp_path / "together"), batched([], tmp_path / "apart")
     try:
-        assert together.collector.together is not None
-        apart.collector.together = None  # the seed-by-seed road: each seed's env.step_arrays
+        assert together.collector.arrays is not None
+        apart.collector.arrays = None  # the seed-by-seed road: each seed's env.step_arrays
         ends = 0
         for collection in range(6):
             if collection == 3:
@@ -138,7 +138,7 @@ def test_batched_envs_the_array_cannot_step_go_seed_by_seed(tmp_path, overrides)
     """Running statistics are each seed's own; copies in worker processes are not here to be computed."""
     run = batched(overrides, tmp_path / "run")
     try:
-        assert run.collector.together is None
+        assert run.collector.arrays is None
         assert all(batch.numel() == 256 for batch in run.collector.collect())
     finally:
         run.close()
@@ -187,3 +187,32 @@ def test_a_plain_mlp_acts_for_every_seed_as_vmap_does():
         torch.testing.assert_close(direct(leaves, observation)[seed], own)
     normalised = nn.Sequential(nn.Linear(4, 32), nn.LayerNorm(32), nn.Linear(32, 3))
     assert stacked_mlp(normalised, {id(p): i for i, p in enumerate(normalised.parameters())}) is None
+
+
+def test_an_env_whose_array_step_a_plugin_replaced_goes_seed_by_seed(tmp_path, monkeypatch):
+    """A plugin wrapping the gym env's step_arrays on its instance (tests/conftest.py's poisoned env does) has
+    its step taken, not the array's."""
+    from rlplug.plugins.envs import gym as gym_module
+
+    seen = []
+    build = gym_module.make_gym_vector_env
+
+    def watched_env(*args, **kwargs):
+        env = build(*args, **kwargs)
+        step = env.step_arrays
+
+        def watched(action):
+            seen.append(action.shape)
+            return step(action)
+
+        env.step_arrays = watched
+        return env
+
+    monkeypatch.setattr(gym_module, "make_gym_vector_env", watched_env)
+    run = batched([], tmp_path / "run")
+    try:
+        assert run.collector.arrays is None
+        run.collector.collect()
+        assert len(seen) == 3 * 32, "each seed's own step, at each of the batch's 32 steps"
+    finally:
+        run.close()

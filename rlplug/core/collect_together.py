@@ -31,7 +31,7 @@ class CollectorsTogether:
         self.collectors, self.actor = list(collectors), actor
         join = env_member(self.collectors[0].env, "steps_together")
         #: every env's step as one (None: seed by seed); told of each env's restarts and of those that leave
-        self.together = join([collector.env for collector in self.collectors]) if join else None
+        self.arrays = join([collector.env for collector in self.collectors]) if join else None
 
     @staticmethod
     def can_take(collector) -> bool:
@@ -41,8 +41,8 @@ class CollectorsTogether:
     def keep(self, indices: list[int], actor: ArrayActor) -> None:
         """Go on with the collectors at these positions, acting with ``actor`` (stacked for them)."""
         self.collectors, self.actor = [self.collectors[i] for i in indices], actor
-        if self.together is not None:
-            self.together.keep(indices)
+        if self.arrays is not None:
+            self.arrays.keep(indices)
 
     def collect(self) -> list[TensorDictBase]:
         with set_exploration_type(ExplorationType.RANDOM):
@@ -60,11 +60,11 @@ class CollectorsTogether:
                 raise ValueError("collectors step together on the array road only (CollectorsTogether.can_take)")
             if collector.state is None:
                 collector.state = collector.start()
-                if self.together is not None:
-                    self.together.started(k)
+                if self.arrays is not None:
+                    self.arrays.started(k)
             steppers.append(collector.step_arrays)
             observations.append(collector.state)
-        road = ArrayRoad(None, self.actor, step_arrays=self.together or stepped_together(steppers))
+        road = ArrayRoad(None, self.actor, step_arrays=self.arrays or stepped_together(steppers))
         buffers = StepBuffers((len(collectors), envs), steps)
         observation = rollout(road, np.stack(observations), steps=steps, record=buffers)
         for k, collector in enumerate(collectors):

@@ -150,8 +150,13 @@ class VectorGymEnv(GymWrapper):
     def steps_together(self, envs: Sequence[EnvBase]) -> workers.ArraysTogether | None:
         """One array step for ``envs`` (this env among them, all built from one recipe: seeds trained together),
         every copy of them stepped as one array, each env's episodes still its own; None where they cannot be:
-        an id without such an array env, copies wrapped or in worker processes, or a stage that changes what
-        the envs give (normalisation, reward scaling or clipping, episodic life: each env's own statistics)."""
+        an id without such an array env, copies wrapped or in worker processes, a stage that changes what the
+        envs give (normalisation, reward scaling or clipping, episodic life: each env's own statistics), or an
+        env whose array step is not this class's own (a plugin that wraps it: its step must be taken)."""
+        own = (VectorGymEnv.reset_arrays, VectorGymEnv.step_arrays)
+        if any(getattr(env_member(env, method.__name__), "__func__", None) is not method
+               for env in envs for method in own):
+            return None
         stages = [env_member(env, "stage") for env in envs]
         makers = [env_member(env, "array_maker") for env in envs]
         first = makers[0]
