@@ -19,7 +19,7 @@ import multiprocessing
 import os
 import signal
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -199,11 +199,12 @@ class ArrayCopies(gym.vector.VectorEnv):
         self.start(range(self.num_envs))
         return np.stack(observations), {}
 
-    def start(self, indices) -> None:
+    def start(self, indices: Iterable[int]) -> None:
         """The copies at ``indices``, just started by their own ``reset``, go on from there in the array."""
-        array = self.array.unwrapped
+        array: Any = self.array.unwrapped  # a CartPoleVectorEnv (ARRAY_ENTRY_POINTS): state, steps, prev_done
         for index in indices:
-            array.state[:, index] = self.copies[index].unwrapped.state
+            copy: Any = self.copies[index].unwrapped  # a CartPoleEnv: its state, [4]
+            array.state[:, index] = copy.state
             array.steps[index], array.prev_done[index] = 0, False
 
     def transition(self, actions: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -308,7 +309,7 @@ def array_copies(make_copy: CopyMaker, num_envs: int) -> ArrayCopies:
 
 
 def vector_env(make_copy: CopyMaker, num_envs: int, vectorization: str,
-               **kwargs: Any) -> gym.vector.VectorEnv:
+               **kwargs: Any) -> gym.vector.SyncVectorEnv | gym.vector.AsyncVectorEnv | ArrayCopies:
     """``num_envs`` copies from ``make_copy``, stepped in this process, in as many worker processes, or as one
     array (``kwargs``: the autoreset mode, which ``"vector"`` keeps same-step always)."""
     if vectorization not in VECTORIZATIONS:
