@@ -2,11 +2,12 @@
 
 Each seed keeps its own :class:`~rlplug.core.collect.Collector` (its env, seeded as its own run seeds it, its
 episode tracker, its restarts); what is shared is the acting: at each step the seeds' observations
-``[seeds, envs, ...]`` go through one call of a stacked actor (every seed's policy at once), then each seed's
-env takes its share of the actions. Envs are stepped seed by seed rather than as one vector env: the same
-cost for gymnasium's synchronous vector envs, which step their copies one by one anyway, while each seed's
-env keeps its own running statistics (observation normalisation) and its own seeding, exactly as a run of
-that seed alone. Only the array road is taken.
+``[seeds, envs, ...]`` go through one call of a stacked actor (every seed's policy at once). The envs are then
+stepped as one where they offer it (``steps_together``: the ``gym`` env's copies of an id with an array env,
+e.g. CartPole, every seed's copies computed as one array, each copy still started by itself, so each seed's
+episodes are those of its run alone); else seed by seed, each env taking its share of the actions, which
+costs the same for gymnasium's synchronous vector envs (they step their copies one by one anyway) and keeps
+each env's own running statistics (observation normalisation). Only the array road is taken.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from rlplug.core.acting import ArrayActor
 from rlplug.core.collect import Collector, array_batch
+from rlplug.core.env_members import env_member
 from rlplug.core.rollout import ArrayRoad, StepBuffers, rollout
 
 
@@ -27,6 +29,9 @@ class CollectorsTogether:
 
     def __init__(self, collectors: list[Collector], actor: ArrayActor):
         self.collectors, self.actor = list(collectors), actor
+        join = env_member(self.collectors[0].env, "steps_together")
+        #: every env's step as one (None: seed by seed); told of each env's restarts and of those that leave
+        self.arrays = join([collector.env for collector in self.collectors]) if join else None
 
     @staticmethod
     def can_take(collector) -> bool:
@@ -36,6 +41,8 @@ class CollectorsTogether:
     def keep(self, indices: list[int], actor: ArrayActor) -> None:
         """Go on with the collectors at these positions, acting with ``actor`` (stacked for them)."""
         self.collectors, self.actor = [self.collectors[i] for i in indices], actor
+        if self.arrays is not None:
+            self.arrays.keep(indices)
 
     def collect(self) -> list[TensorDictBase]:
         with set_exploration_type(ExplorationType.RANDOM):
@@ -48,14 +55,16 @@ class CollectorsTogether:
         collectors = self.collectors
         envs, steps = collectors[0].envs, collectors[0].steps
         steppers, observations = [], []
-        for collector in collectors:
+        for k, collector in enumerate(collectors):
             if collector.step_arrays is None:
                 raise ValueError("collectors step together on the array road only (CollectorsTogether.can_take)")
             if collector.state is None:
                 collector.state = collector.start()
+                if self.arrays is not None:
+                    self.arrays.started(k)
             steppers.append(collector.step_arrays)
             observations.append(collector.state)
-        road = ArrayRoad(None, self.actor, step_arrays=stepped_together(steppers))
+        road = ArrayRoad(None, self.actor, step_arrays=self.arrays or stepped_together(steppers))
         buffers = StepBuffers((len(collectors), envs), steps)
         observation = rollout(road, np.stack(observations), steps=steps, record=buffers)
         for k, collector in enumerate(collectors):

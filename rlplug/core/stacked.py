@@ -6,7 +6,8 @@ moves those flat tensors into the rows of one ``[seeds, P]`` tensor: each seed's
 modules, its ``state_dict`` and its evaluation read the live values), and the update works on the stack,
 calling one seed's modules through ``torch.vmap`` with the stacked parameters swapped in
 (:meth:`StackedParameters.vmapped`, ``torch.func.functional_call``). Gradient norms are clipped per seed, so one
-optimiser over the stack, acting element by element (Adam, RMSprop, SGD), takes each seed's own step.
+optimiser over the stack, acting element by element (Adam, RMSprop, SGD), takes each seed's own step. A plain
+MLP called alone (acting, at every step of collection) skips vmap's cost per call: :func:`stacked_mlp`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch import nn
 from torch.func import functional_call
 
 from rlplug.core.training import FlatParameters
@@ -70,8 +72,11 @@ class StackedParameters:
         """``function(*args)`` for every seed at once: ``module`` (one seed's, whose parameters are among
         ``parameters``, that seed's in stacking order) called with each seed's parameters swapped in. The result
         takes ``(leaves, *args)``, each arg with the seeds first, and returns ``function``'s results stacked."""
-        holder = Calling(module, function)
         position = {id(p): i for i, p in enumerate(parameters)}
+        direct = stacked_mlp(module, position) if function is module else None
+        if direct is not None:
+            return direct
+        holder = Calling(module, function)
         names, indices = [], []
         # each place a parameter is held, once: a module reached by two paths (a critic also held as the loss's
         # value function) is one place, swapped and put back once; one parameter in two modules (a shared body)
@@ -89,6 +94,42 @@ class StackedParameters:
                                    tie_weights=False)
 
         return torch.vmap(one_seed, randomness=randomness)
+
+
+#: parameter-free modules applied element by element, which :func:`stacked_mlp` applies to every seed's rows at once
+ELEMENTWISE = (nn.Tanh, nn.ReLU, nn.ELU, nn.GELU, nn.SiLU, nn.LeakyReLU, nn.Sigmoid, nn.Softplus, nn.Mish,
+               nn.Identity)
+
+
+def stacked_mlp(module: nn.Module, position: dict[int, int]) -> Callable | None:
+    """``module`` for every seed at once by batched matrix products where it is a plain MLP (an ``nn.Sequential``
+    of ``nn.Linear`` and :data:`ELEMENTWISE` activations), as :meth:`StackedParameters.vmapped` calls it: vmap's
+    very numbers (it lowers each Linear to the same products) without its cost per call, which acting pays at
+    every step. ``position``: each parameter's index among the leaves. None for any other module."""
+    if type(module) is not nn.Sequential:
+        return None
+    layers: list[tuple[int, int] | nn.Module] = []
+    for layer in module:
+        if type(layer) is nn.Linear and layer.bias is not None:
+            if id(layer.weight) not in position or id(layer.bias) not in position:
+                return None
+            layers.append((position[id(layer.weight)], position[id(layer.bias)]))
+        elif type(layer) in ELEMENTWISE:
+            layers.append(layer)
+        else:
+            return None
+
+    def forward(leaves: list[torch.Tensor], observation: torch.Tensor) -> torch.Tensor:
+        hidden = observation.reshape(observation.shape[0], -1, observation.shape[-1])  # [seeds, rows, features]
+        for layer in layers:
+            if isinstance(layer, tuple):
+                weight, bias = leaves[layer[0]], leaves[layer[1]]
+                hidden = torch.baddbmm(bias.unsqueeze(1), hidden, weight.transpose(1, 2))
+            else:
+                hidden = layer(hidden)
+        return hidden.reshape(*observation.shape[:-1], hidden.shape[-1])
+
+    return forward
 
 
 class Calling(torch.nn.Module):

@@ -173,8 +173,11 @@ def make_gym(
     #: an [H, W, C] image observation as [C, H, W], the layout convolutions read (MinAtar's), after the wrappers
     channels_first: bool = False,
     #: where the copies are stepped: "sync", one after another in this process; "async", each in a worker
-    #: process of its own (gymnasium's AsyncVectorEnv), for envs whose step costs more than a pipe's round trip
-    vectorization: Literal["sync", "async"] = "sync",
+    #: process of its own (gymnasium's AsyncVectorEnv), for envs whose step costs more than a pipe's round trip;
+    #: "vector", all at once by the id's own array env (gymnasium's vector entry point: CartPole), the very
+    #: episodes of "sync" (each copy seeded and restarted by itself), for ids that have one and no per-copy
+    #: option (wrappers, frame_stack, observation_indices, flatten_observations, channels_first)
+    vectorization: Literal["sync", "async", "vector"] = "sync",
     device: str = "cpu",
 ):
     """Any gymnasium id, ``num_envs`` copies stepped in this process or in worker processes.
@@ -201,7 +204,8 @@ def make_gym(
     - ``clip_rewards``, ``episodic_life``: Atari's training-only shaping, off in evaluation, which plays whole
       games and counts the game's score.
     - ``vectorization``: "async" steps each copy in a worker process of its own; the workers ignore Ctrl-C
-      (the run stops after the iteration and closes them) and end with the run however it ends.
+      (the run stops after the iteration and closes them) and end with the run however it ends. "vector"
+      steps every copy at once by gymnasium's array env of the id, with the episodes "sync" gives.
     """
     from rlplug.plugins.envs.gym import make_gym_vector_env
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import numpy as np
@@ -21,6 +22,9 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Bounded, Composite, Unbounded
 from torchrl.envs import EnvBase, Transform, TransformedEnv
+
+if TYPE_CHECKING:
+    from rlplug.plugins.envs.workers import ArrayCopies
 
 from rlplug.errors import UserError
 
@@ -109,7 +113,8 @@ def pack_entries(env: gym.Env, env_id: str, frame_stack: int, indices: Sequence[
     return PackEntries(env, stacked=frame_stack)
 
 
-def packed_entries(vector_env: gym.vector.SyncVectorEnv | gym.vector.AsyncVectorEnv) -> tuple[Entry, ...] | None:
+def packed_entries(vector_env: gym.vector.SyncVectorEnv | gym.vector.AsyncVectorEnv | ArrayCopies
+                   ) -> tuple[Entry, ...] | None:
     """The entries a vector env's sub-envs pack, or None where they observe one array."""
     if not all(vector_env.call("has_wrapper_attr", ENTRIES)):
         return None

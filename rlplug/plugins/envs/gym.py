@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torchrl.envs import EnvBase, GymWrapper
 
+from rlplug.core.env_members import env_member
 from rlplug.errors import UserError
 from rlplug.plugins.envs import workers
 from rlplug.plugins.envs.entries import pack_entries, packed_entries, with_entries
@@ -63,7 +64,7 @@ class VectorGymEnv(GymWrapper):
     the envs a second time: both roads see the same episodes.
     """
 
-    def __init__(self, vector_env: gym.vector.VectorEnv, **kwargs: Any):
+    def __init__(self, vector_env: gym.vector.VectorEnv, array_maker: workers.CopyMaker | None = None, **kwargs: Any):
         if not isinstance(vector_env, VectorStage):
             vector_env = VectorStage(vector_env)
         self.stage = vector_env
@@ -80,6 +81,8 @@ class VectorGymEnv(GymWrapper):
         obs_dtype = self.observation_spec[obs_key].dtype if obs_key else torch.float32
         self._obs_dtype = torch.empty((), dtype=obs_dtype).numpy().dtype  # conversions happen in numpy: cheaper
         self._on_cpu = self.device is None or torch.device(self.device).type == "cpu"
+        #: how each copy is made, where the copies may be stepped as one array (:meth:`steps_together`)
+        self.array_maker = array_maker
 
     # -- statistics ---------------------------------------------------------------------------------------
 
@@ -143,6 +146,29 @@ class VectorGymEnv(GymWrapper):
             for index in np.flatnonzero(ended):
                 next_observation[index] = info["final_obs"][index]
         return Transition(next_observation, reward.astype(np.float32, copy=False), terminated, truncated, observation)
+
+    def steps_together(self, envs: Sequence[EnvBase]) -> workers.ArraysTogether | None:
+        """One array step for ``envs`` (this env among them, all built from one recipe: seeds trained together),
+        every copy of them stepped as one array, each env's episodes still its own; None where they cannot be:
+        an id without such an array env, copies wrapped or in worker processes, a stage that changes what the
+        envs give (normalisation, reward scaling or clipping, episodic life: each env's own statistics), or an
+        env whose array step is not this class's own (a plugin that wraps it: its step must be taken)."""
+        own = (VectorGymEnv.reset_arrays, VectorGymEnv.step_arrays)
+        if any(getattr(env_member(env, method.__name__), "__func__", None) is not method
+               for env in envs for method in own):
+            return None
+        stages = [env_member(env, "stage") for env in envs]
+        makers = [env_member(env, "array_maker") for env in envs]
+        first = makers[0]
+        if first is None or any(maker is None or (maker.env_id, maker.kwargs) != (first.env_id, first.kwargs)
+                                for maker in makers):
+            return None
+        if any(not isinstance(stage, VectorStage) or stage.transforms_observations or stage.return_rms is not None
+               or stage.clip_rewards is not None or stage.episodic_life for stage in stages):
+            return None
+        if len({stage.num_envs for stage in stages}) > 1:
+            return None
+        return workers.ArraysTogether([stage.env for stage in stages], first)
 
     def reset_tensors(self, seed: int | None = None) -> torch.Tensor:
         return self._tensor(self.reset_arrays(seed))
@@ -322,13 +348,20 @@ def make_gym_vector_env(env_id: str, *, num_envs: int, max_episode_steps: int | 
     ``reward_gamma``, ``clip_rewards``, ``episodic_life``). Problems with the id, the spaces or the options are
     ``UserError``.
     """
+    wrapped = [key for key, given in (("wrappers", bool(wrappers)), ("flatten_observations", flatten_observations),
+                                      ("frame_stack", frame_stack > 1), ("channels_first", channels_first),
+                                      ("observation_indices", observation_indices is not None)) if given]
+    if vectorization == "vector" and wrapped:
+        raise UserError(f"'vector' steps the copies as {env_id}'s own array env, which takes no per-copy option; "
+                        f"unset env.{wrapped[0]}, or use vectorization = 'sync'", path="env.vectorization")
     per_env = [_wrap_with(i, cls, kwargs) for i, (cls, kwargs) in enumerate(wrappers)]
     if channels_first:
         per_env.append(lambda env: ChannelsFirst(env, env_id))
     per_env.append(_shape_observations(env_id, flatten_observations, frame_stack, observation_indices))
     kwargs = {**({"max_episode_steps": max_episode_steps} if max_episode_steps else {}), **make_kwargs}
+    make_copy = workers.CopyMaker(env_id, kwargs, per_env)
     try:
-        vector_env = workers.vector_env(workers.CopyMaker(env_id, kwargs, per_env), num_envs, vectorization,
+        vector_env = workers.vector_env(make_copy, num_envs, vectorization,
                                         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     except TypeError as error:
         if "unexpected keyword argument" not in str(error):
@@ -356,7 +389,8 @@ def make_gym_vector_env(env_id: str, *, num_envs: int, max_episode_steps: int | 
         stage = VectorStage(vector_env, observations=normalize_observations, clip=clip_observations,
                             rewards=normalize_rewards, gamma=reward_gamma, clip_rewards=clip_rewards,
                             episodic_life=episodic_life)
-        env = VectorGymEnv(stage, device=device)
+        arrays = vectorization != "async" and not wrapped and env_id in workers.array_ids()
+        env = VectorGymEnv(stage, array_maker=make_copy if arrays else None, device=device)
     except BaseException:
         vector_env.close()
         raise
