@@ -75,7 +75,7 @@ class RayCollection:
             problem = storages_problem(algorithm)
             if problem:
                 raise UserError(problem, path="runner.storages")
-            self.replay = sharded_replay(algorithm, runner.storages, seed=seed)
+            self.replay = sharded_replay(algorithm, runner.storages, seed=seed, max_restarts=runner.max_restarts)
             algorithm.install_replay(self.replay, stored_elsewhere=True)
         workers = runner.workers
         self.recipe_envs = envs = max(1, env.batch_size.numel())

@@ -6,9 +6,10 @@ The replay lives in ``M`` Ray actors (:class:`Storage`), each holding the recipe
 hands the driver only what it tracks (rewards and dones). The learner samples through :class:`ShardedReplay`,
 which has the interface of one buffer, so the algorithm's own update runs on it unchanged:
 
-- a sample of ``B`` first draws how many items each storage gives, multinomial in the storages' sizes
-  (uniform) or in their total priority mass ``sum p^alpha`` (prioritized), so that every stored item has the
-  probability it would have in one buffer; each storage then samples its count by its own rule;
+- a sample of ``B`` draws how many items each storage gives, multinomial in the storages' sizes (uniform) or
+  in their total priority mass ``sum p^alpha`` (prioritized), so that every stored item has the probability
+  it would have in one buffer; each storage samples by its own rule (in one round trip: each draws ``B`` and
+  the first ``count`` are kept, so ``M * B`` items cross the network for a sample of ``B``);
 - importance weights are computed here against the smallest ``p^alpha`` of all the storages, so they equal one
   buffer's ``(p_i^alpha / min_k p_k^alpha)^-beta``;
 - a sampled item's ``index`` is ``storage * ceil(capacity / M) + its index there``, so ``update_priority``
@@ -41,6 +42,9 @@ from rlplug.plugins.runners.ray.cluster import lost_errors, ray_module
 
 #: The longest wait for a storage's answer; a storage that does not answer by then is skipped for that call.
 STORAGE_TIMEOUT = 60.0
+#: How long a storage may stay silent (Ray restarting it wherever there is room) before the run stops: the
+#: time a lost worker has to come back.
+LOST_AFTER = 300.0
 
 
 class Storage:
@@ -73,8 +77,11 @@ class Storage:
             state.update(mass=float(powered.sum()), least=float(powered.min()))
         return state
 
-    def sample(self, count: int) -> tuple[TensorDictBase, dict[str, Any]]:
-        """``count`` items by the buffer's own rule (prioritized ones with their ``p^alpha``), and :meth:`mass`."""
+    def sample(self, count: int) -> tuple[TensorDictBase | None, dict[str, Any]]:
+        """``count`` items by the buffer's own rule (prioritized ones with their ``p^alpha``; None while it is
+        empty), and :meth:`mass`."""
+        if not len(self.buffer):
+            return None, self.mass()
         data = self.buffer.sample(count)
         if self.prioritized:
             data.set("powered", self._powered(data.get("index").cpu()))
@@ -126,13 +133,15 @@ class ShardedReplay:
     sharded = True
 
     def __init__(self, shards: list, shard_capacity: int, *, seed: int = 0, schedule=None,
-                 device: str | torch.device = "cpu", timeout: float = STORAGE_TIMEOUT):
+                 device: str | torch.device = "cpu", timeout: float = STORAGE_TIMEOUT, max_restarts: int = 3):
         self.shards, self.shard_capacity = list(shards), int(shard_capacity)
         self.schedule, self.device, self.timeout = schedule, torch.device(device), timeout
         self.generator = torch.Generator().manual_seed(int(seed))
         self.lives: list[str | None] = [None] * len(self.shards)
         self.sizes: list[int] = [0] * len(self.shards)
-        self.restarts = 0
+        self.restarts, self.max_restarts = 0, max_restarts
+        #: since when each storage that stopped answering has been silent (monotonic seconds)
+        self.silent: dict[int, float] = {}
         self.written = 0  # driver-side extends, spread round-robin
         #: the storages' state while they are stopped (:meth:`detach`), put back into the next ones (:meth:`attach`)
         self.kept: dict[str, Any] | None = None
@@ -153,25 +162,30 @@ class ShardedReplay:
         """New storages (the collection starts again), filled with what :meth:`detach` kept."""
         kept, self.kept = self.kept, None
         self.shards, self.lives, self.sizes = list(shards), [None] * len(shards), [0] * len(shards)
+        self.silent = {}
         if kept is not None:
             self.load_state_dict(kept)
 
     # -- calls to the storages, each answered within the timeout or skipped -----------------------------------
 
     def ask(self, calls: dict[int, Any]) -> dict[int, Any]:
-        """The answers of the storages that give one in time (``calls``: shard -> object ref); a storage Ray will
-        not restart again stops the run (:class:`WorkersLost`)."""
+        """The answers of the storages that give one in time (``calls``: shard -> object ref). A storage that
+        does not answer (lost, restarting, slow) is skipped; one silent for :data:`LOST_AFTER` seconds (its
+        restarts used up, or no node to restart it on) stops the run (:class:`WorkersLost`)."""
         ray = ray_module()
         deadline = time.monotonic() + self.timeout
         answers = {}
         for shard, ref in calls.items():
             try:
                 answers[shard] = ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
-            except ray.exceptions.ActorDiedError as error:
-                raise WorkersLost(f"replay storage {shard} died and was not restarted: "
-                                  f"{str(error).strip().splitlines()[0][:200]}", path="runner.max_restarts") from None
-            except (*lost_errors(), ray.exceptions.GetTimeoutError):
-                continue  # restarting, or slow: skipped this time
+                self.silent.pop(shard, None)
+            except (*lost_errors(), ray.exceptions.GetTimeoutError) as error:
+                since = self.silent.setdefault(shard, time.monotonic())
+                if time.monotonic() - since > LOST_AFTER:
+                    line = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+                    raise WorkersLost(f"replay storage {shard} has not answered for {LOST_AFTER:g} s (lost and not "
+                                      f"restarted, {self.max_restarts} restarts allowed): {line}",
+                                      path="runner.max_restarts") from None
         return answers
 
     def note(self, shard: int, mass: dict[str, Any]) -> None:
@@ -200,34 +214,31 @@ class ShardedReplay:
         self.written += 1
         self.ask({shard: self.shards[shard].extend.remote(transitions.reshape(-1).cpu().consolidate())})
 
-    def sample(self, batch_size: int, attempts: int = 3) -> TensorDictBase:
+    def sample(self, batch_size: int) -> TensorDictBase:
         """``batch_size`` items, each storage's count drawn in proportion to its size (uniform) or its priority
-        mass (prioritized); prioritized samples carry ``index`` and the global importance ``weight``. A storage
-        lost meanwhile: drawn again from the others (``attempts`` times at most)."""
-        masses = {shard: mass for shard, mass in self.masses().items() if mass["size"] > 0}
-        if not masses:
-            raise RuntimeError("no replay storage holds a transition: nothing to sample")
-        shards = sorted(masses)
-        weights = torch.tensor([masses[shard]["mass"] for shard in shards], dtype=torch.float64)
-        counts = torch.bincount(torch.multinomial(weights, batch_size, replacement=True, generator=self.generator),
-                                minlength=len(shards)).tolist()
-        asked = {shard: self.shards[shard].sample.remote(count) for shard, count in zip(shards, counts) if count}
-        answers = self.ask(asked)
-        if len(answers) < len(asked):
-            if attempts <= 1:
-                raise WorkersLost("the replay storages did not answer a sample: their nodes lost?",
-                                  path="runner.storages")
-            return self.sample(batch_size, attempts - 1)
-        parts = []
-        least = min(mass["least"] for mass in masses.values())
-        for shard, (data, mass) in sorted(answers.items()):
+        mass (prioritized); prioritized samples carry ``index`` and the global importance ``weight``.
+
+        One round trip: every storage answers with its mass and ``batch_size`` items drawn by its own rule, of
+        which the first ``count`` are kept (independent draws, so the first ``count`` are a sample of
+        ``count``); a storage that does not answer in time is left out of this sample."""
+        answers = self.ask({i: shard.sample.remote(batch_size) for i, shard in enumerate(self.shards)})
+        for shard, (_, mass) in answers.items():
             self.note(shard, mass)
-            least = min(least, mass["least"])
+        held = sorted(shard for shard, (data, _) in answers.items() if data is not None)
+        if not held:
+            raise RuntimeError("no replay storage answered with a transition: nothing to sample")
+        masses = torch.tensor([answers[shard][1]["mass"] for shard in held], dtype=torch.float64)
+        counts = torch.bincount(torch.multinomial(masses, batch_size, replacement=True, generator=self.generator),
+                                minlength=len(held)).tolist()
+        parts = []
+        for shard, count in zip(held, counts):
+            data = answers[shard][0][:count]
             if "index" in data.keys():
                 data.set("index", data.get("index").cpu() + shard * self.shard_capacity)
             parts.append(data)
         sample: TensorDictBase = torch.cat(parts, 0)  # dispatched to TensorDict's cat
         if self.schedule is not None:
+            least = min(answers[shard][1]["least"] for shard in held)
             powered = sample.pop("powered")
             sample.set("weight", (powered / least).pow(-self.schedule.beta).to(torch.float32))
         return sample.to(self.device) if sample.device != self.device else sample
@@ -296,14 +307,14 @@ def storages_problem(algorithm) -> str | None:
     return None
 
 
-def sharded_replay(algorithm, count: int, *, seed: int) -> ShardedReplay:
+def sharded_replay(algorithm, count: int, *, seed: int, max_restarts: int) -> ShardedReplay:
     """The algorithm's replay as ``count`` storages (no storage started yet: :meth:`ShardedReplay.attach`)."""
     component = algorithm.config.replay_buffer
     prioritized = hasattr(algorithm.replay, "update_priority")
     schedule = component.with_params(capacity=1).build(device="cpu", total_frames=algorithm.total_frames) \
         if prioritized else None
     return ShardedReplay([], math.ceil(algorithm.replay.capacity / count), seed=seed, schedule=schedule,
-                         device=algorithm.device)
+                         device=algorithm.device, max_restarts=max_restarts)
 
 
 def start_storages(algorithm, replay: ShardedReplay, count: int, *, seed: int, options: dict[str, Any]) -> list:
@@ -321,5 +332,5 @@ def writers(replay: ShardedReplay, algorithm, workers: int) -> list[StorageWrite
             for i in range(workers)]
 
 
-__all__ = ["STORAGE_TIMEOUT", "ShardedReplay", "Storage", "StorageWriter", "sharded_replay", "storages_problem",
-           "writers"]
+__all__ = ["LOST_AFTER", "STORAGE_TIMEOUT", "ShardedReplay", "Storage", "StorageWriter", "sharded_replay",
+           "storages_problem", "writers"]
