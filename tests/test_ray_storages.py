@@ -92,14 +92,18 @@ def test_uniform_samples_are_one_buffers_over_the_storages(ray_instance):
     assert abs(float(counts[:30].sum() / counts.sum()) - 0.75) < 0.01  # about 5 standard deviations
     # chi-square over the 40 items, 39 degrees of freedom: 80 is beyond its 99.99th percentile
     assert chi_square(counts, torch.full((40,), 1 / 40)) < 80
+    # picklable (actor handles): a learner elsewhere samples from the same storages
+    sizes = ray.get(ray.remote(lambda again: (len(again), again.sample(16).batch_size[0])).remote(replay))
+    assert sizes == (40, 16)
 
 
 @pytest.mark.slow
 def test_prioritized_samples_and_weights_are_one_buffers(ray_instance):
-    """Items 0..11 over storages of 8 and 4, priority (id % 5) + 1: the draws follow one buffer's P(i), and
-    every importance weight is the one a single buffer holding the same items gives."""
+    """Items 0..11 over storages of 8 and 4, priority id + 1: the draws follow one buffer's P(i), and every
+    importance weight is the one a single buffer holding the same items gives (storage 1's smallest priority
+    is 9, the buffer's 1: its weights hold only against the global minimum)."""
     replay = sharded("prioritized", [8, 4])
-    priorities = torch.arange(12) % 5 + 1.0
+    priorities = torch.arange(12) + 1.0
     index = torch.cat([torch.arange(8), 50 + torch.arange(4)])  # storage 1's items from its index 50 on
     replay.update_priority(index, priorities)
     replay.step(0)
@@ -157,6 +161,11 @@ def test_pendulum_sac_trains_on_two_storages_logs_them_and_resumes(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert json.loads((out / "summary.json").read_text())["frames"] == 768
     assert float(metrics(out)[-1]["storage_sizes"]) == 768.0  # the 512 of the checkpoint, and 256 more
+    # back to one buffer in this process: the storages' contents are not converted, said in one line
+    local = run_cli("resume", str(out), "--set", "run.total_frames=1024", "--set", 'runner={use="local"}',
+                    timeout=400)
+    assert local.returncode == 0, local.stderr[-2000:]
+    assert "the checkpoint's replay buffer was kept in another layout (runner.storages differs)" in local.stderr
 
 
 @pytest.mark.slow
