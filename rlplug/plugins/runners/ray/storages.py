@@ -96,9 +96,6 @@ class Storage:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.buffer.load_state_dict(state)
 
-    def node(self) -> str:
-        return ray_module().get_runtime_context().get_node_id()
-
 
 @dataclass(frozen=True)
 class StorageWriter:
