@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
+from rlplug.errors import UserError
 from rlplug.registry.hookspecs import hookimpl
 from rlplug.registry.schema import Check, Range
 
@@ -52,20 +53,31 @@ def make_ray(
     #: collecting is collected again, and the worker_restarts metric counts the restarts; past that, the run
     #: stops with a checkpoint
     max_restarts: Annotated[int, Range(ge=-1)] = 3,
+    #: off-policy algorithms: the replay kept in this many Ray actors (Ape-X's storages), spread over the nodes;
+    #: worker i writes to storage i % storages and the learner samples from all of them as from one buffer of
+    #: the recipe's kind and capacity; 0: the replay buffer in the learner's process
+    storages: Annotated[int, Range(ge=0)] = 0,
 ):
     """Collect on Ray workers (TorchRL's RayCollector), the learner in this process.
 
     Weights go to every worker after each update; the ``policy_lag``, ``weight_sync_ms`` and
     ``worker_restarts`` metrics say how fresh they were, ``worker_nodes`` over how many Ray nodes the workers
-    ran. Needs ``pip install "rlplug[ray]"``.
+    ran; with ``storages``, ``storages``, ``storage_sizes`` and ``storage_restarts`` say where the replay is.
+    Needs ``pip install "rlplug[ray]"``.
     """
     from rlplug.plugins.runners.ray.cluster import ray_module
     from rlplug.plugins.runners.ray.runner import RayRunner
 
     ray_module()  # a one-line error now, before anything is built, where Ray is not installed
+    if storages > workers:
+        raise UserError(f"{storages} storages for {workers} workers leaves a storage nobody writes to (worker i "
+                        f"writes to storage i % storages); use at most {workers}", path="runner.storages")
+    if storages and mode == "gradients":
+        raise UserError("in mode = 'gradients' each worker keeps its own replay buffer; storages are for mode = "
+                        "'experience' (or leave runner.storages out)", path="runner.storages")
     resources = dict(resources_per_worker) if resources_per_worker is not None else {"num_cpus": 1.0}
     return RayRunner(workers=workers, address=address, resources_per_worker=resources, mode=mode,
-                     max_restarts=max_restarts)
+                     max_restarts=max_restarts, storages=storages)
 
 
 @hookimpl

@@ -134,6 +134,8 @@ class OffPolicy(OffPolicyActing, GradientsInterface):
         if self.random_actions is not None:
             stages.append(self.random_actions)
         self.policy: TensorDictModuleBase = stages[0] if len(stages) == 1 else TensorDictSequential(*stages)
+        #: whether the collector's workers write the transitions into the replay themselves (:meth:`install_replay`)
+        self.stored_elsewhere = False
         self.frames = 0
         self.steps = 0  # gradient steps taken
         #: the learners holding gradients that :meth:`apply_gradients` has not stepped yet
@@ -197,30 +199,28 @@ class OffPolicy(OffPolicyActing, GradientsInterface):
 
     @torch.no_grad()
     def store(self, batch: TensorDictBase) -> None:
-        config, key = self.config, self.observation_key
-
-        def flat(entry):  # [envs, time, ...] -> [envs * time, ...], tensor by tensor (cheaper than the TensorDict)
-            return batch.get(entry).flatten(0, batch.batch_dims - 1)
-
-        reward = flat(("next", "reward")) * config.reward_scale + config.reward_offset
-        if config.reward_clip is not None:
-            reward = reward.clamp(-config.reward_clip, config.reward_clip)
-        observation = flat(key)
-        transitions = TensorDict({
-            "observation": observation, "action": flat("action"),
-            "next": {"observation": flat(("next", key)), "reward": reward, "terminated": flat(("next", "terminated"))},
-        }, batch_size=[batch.numel()])
-        if self.sequences:
-            transitions.update({"is_init": flat("is_init"), **self.episodes.label(batch.get("is_init"))})
-        self.replay.extend(transitions)
-        if self.preprocessor is not None:
-            self.preprocessor.train()
-            self.preprocessor(observation)
-            self.preprocessor.eval()
+        if not self.stored_elsewhere:
+            transitions = replay_transitions(batch, self.config, self.observation_key)
+            if self.sequences:
+                flat_init = batch.get("is_init").flatten(0, batch.batch_dims - 1)
+                transitions.update({"is_init": flat_init, **self.episodes.label(batch.get("is_init"))})
+            self.replay.extend(transitions)
+            if self.preprocessor is not None:
+                self.preprocessor.train()
+                self.preprocessor(transitions.get("observation"))
+                self.preprocessor.eval()
         if self.noise is not None and capability(self.noise, protocols.Noise.reset):
             done = batch.get(("next", "done"))[..., -1, :]  # [envs, 1]: each env's last step of the batch
             if done.any():
                 self.noise.reset(done)
+
+    def install_replay(self, replay: Any, *, stored_elsewhere: bool = False) -> None:
+        """Learn from ``replay`` instead of the recipe's buffer (a runner's replay storages elsewhere, Ray's);
+        ``stored_elsewhere``: the collector's workers write the transitions into it, and :meth:`store` keeps only
+        the batch's effect on exploration (the batch it gets may hold only rewards and dones)."""
+        self.replay = replay
+        self.replay_step = capability(replay, protocols.ReplayBuffer.step)
+        self.stored_elsewhere = stored_elsewhere
 
     # -- 2. schedules ---------------------------------------------------------------------------------
 
@@ -389,7 +389,12 @@ class OffPolicy(OffPolicyActing, GradientsInterface):
         self.frames, self.steps = operator.index(state["frames"]), operator.index(state["steps"])  # counts
         self.loss_module.load_state_dict(state["loss"])  # the networks and their targets
         self.learners.load_state_dict(state["learners"])
-        self.replay.load_state_dict(state["replay_buffer"])
+        replay = state["replay_buffer"]
+        if ("shards" in replay) == bool(getattr(self.replay, "sharded", False)):
+            self.replay.load_state_dict(replay)
+        else:  # saved by Ray's replay storages and loaded by one buffer (or the other way round)
+            warnings.warn(RlplugWarning("the checkpoint's replay buffer was kept in another layout (runner.storages "
+                                        "differs): this run's buffer starts empty and fills again"), stacklevel=2)
         if self.preprocessor is not None:
             self.preprocessor.load_state_dict(state["preprocessor"])
         if self.noise is not None:
@@ -397,3 +402,19 @@ class OffPolicy(OffPolicyActing, GradientsInterface):
         if self.sequences:
             self.episodes.load_state_dict(state["episodes"])
         self.follow_schedules()
+
+
+def replay_transitions(batch: TensorDictBase, config: OffPolicyConfigs, key: str) -> TensorDictBase:
+    """A collected ``[envs, time]`` batch as the replay stores it: ``[envs * time]`` transitions, their rewards
+    shaped (``reward_scale``, ``reward_offset``, ``reward_clip``); also what Ray's workers write into storages."""
+
+    def flat(entry):  # [envs, time, ...] -> [envs * time, ...], tensor by tensor (cheaper than the TensorDict)
+        return batch.get(entry).flatten(0, batch.batch_dims - 1)
+
+    reward = flat(("next", "reward")) * config.reward_scale + config.reward_offset
+    if config.reward_clip is not None:
+        reward = reward.clamp(-config.reward_clip, config.reward_clip)
+    return TensorDict({
+        "observation": flat(key), "action": flat("action"),
+        "next": {"observation": flat(("next", key)), "reward": reward, "terminated": flat(("next", "terminated"))},
+    }, batch_size=[batch.numel()])

@@ -18,6 +18,7 @@ from rlplug.core.transformed import env_rewards
 from rlplug.errors import UserError, WorkersLost
 from rlplug.plugins.runners.ray.cluster import check_resources, connect_ray, lost_errors, ray_module
 from rlplug.plugins.runners.ray.gradients import GradientWorkerSpec, gradient_mode_problem, gradient_update
+from rlplug.plugins.runners.ray.storages import ShardedReplay, sharded_replay, start_storages, storages_problem, writers
 from rlplug.plugins.runners.ray.worker import (
     WORKER_KEY,
     EnvMaker,
@@ -68,6 +69,14 @@ class RayCollection:
             problem = gradient_mode_problem(algorithm)
             if problem:
                 raise UserError(problem, path="runner.mode")
+        #: the replay storages (``runner.storages``), installed as the algorithm's replay
+        self.replay: ShardedReplay | None = None
+        if runner.storages:
+            problem = storages_problem(algorithm)
+            if problem:
+                raise UserError(problem, path="runner.storages")
+            self.replay = sharded_replay(algorithm, runner.storages, seed=seed, max_restarts=runner.max_restarts)
+            algorithm.install_replay(self.replay, stored_elsewhere=True)
         workers = runner.workers
         self.recipe_envs = envs = max(1, env.batch_size.numel())
         splittable = "num_envs" in recipe.env.params and envs % workers == 0 and not self.asynchronous
@@ -117,8 +126,13 @@ class RayCollection:
             shadow = standalone_copy(self.policy)
             source = TensorDict.from_module(self.policy).data
             learner = GradientWorkerSpec(self.recipe, self.runner.workers) if self.gradients else None
-            kwargs = [{"seed": self.worker_seed(i, self.seed), "threads": 1, "learner": learner}
-                      for i in range(workers)]
+            storages: list = [None] * workers
+            if self.replay is not None:
+                self.replay.attach(start_storages(self.algorithm, self.replay, runner.storages, seed=self.seed,
+                                                  options=runner.storage_options()))
+                storages = writers(self.replay, self.algorithm, workers)
+            kwargs = [{"seed": self.worker_seed(i, self.seed), "threads": 1, "learner": learner,
+                       "storage": storages[i]} for i in range(workers)]
             split = self.envs_per_worker if self.envs_per_worker != self.recipe_envs else None
             makers = [EnvMaker(self.recipe.env, "cpu", split) for _ in range(workers)]
             with warnings.catch_warnings():
@@ -170,6 +184,8 @@ class RayCollection:
                 collector.shutdown(timeout=5.0)
             except Exception:
                 pass
+        if self.replay is not None and self.replay.shards and self.replay.kept is None:
+            self.replay.detach()  # their contents kept for the checkpoint and the storages started next
         if self.started_ray:
             import ray
 
@@ -308,6 +324,8 @@ class RayCollection:
         with and the learner's), time spent publishing weights and waiting for rollouts; restarts so far, and
         the number of Ray nodes the workers ran on in their latest rollouts."""
         result = {"worker_restarts": float(self.restarts)}
+        if self.replay is not None:
+            result.update(self.replay.metrics())
         if self.nodes:
             result["worker_nodes"] = float(len(set(self.nodes.values())))
         if self.collections:

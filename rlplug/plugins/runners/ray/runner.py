@@ -17,6 +17,8 @@ class RayRunner:
     resources_per_worker: dict[str, float] = field(default_factory=lambda: {"num_cpus": 1.0})
     mode: str = "experience"
     max_restarts: int = 3
+    #: replay storages (Ray actors) for off-policy algorithms; 0: the replay in the learner's process
+    storages: int = 0
 
     def remote_options(self) -> dict[str, Any]:
         """``ray.remote`` options for one worker actor: its resources, restart policy and placement."""
@@ -33,6 +35,12 @@ class RayRunner:
         # and envs do not crowd one machine while another idles (a restarted worker goes wherever there is room).
         options.update(max_restarts=self.max_restarts, max_task_retries=0, scheduling_strategy="SPREAD")
         return options
+
+    def storage_options(self) -> dict[str, Any]:
+        """``ray.remote`` options for one replay storage: no CPU of its own (it holds memory and answers calls,
+        beside the workers' envs), restarted as a worker is, spread over the nodes as the workers are."""
+        return {"num_cpus": 0, "max_restarts": self.max_restarts, "max_task_retries": 0,
+                "scheduling_strategy": "SPREAD"}
 
     def collector(self, env, policy, frames_per_batch: int, seed: int, *, recipe=None, algorithm=None,
                   **_context) -> RayCollection:

@@ -129,11 +129,13 @@ def _worker_collector():
         Built by TorchRL's RayCollector inside the actor with the keywords it passes every collector
         (devices, exploration type and the like, which do not apply here) plus ``seed`` and ``threads`` from
         rlplug. With ``learner`` (gradient mode) it also holds a copy of the algorithm and computes gradients
-        on its own rollouts (:mod:`rlplug.plugins.runners.ray.gradients`).
+        on its own rollouts (:mod:`rlplug.plugins.runners.ray.gradients`); with ``storage`` (replay storages)
+        it writes its rollouts' transitions there and hands back only their tracking.
         """
 
         def __init__(self, create_env_fn, policy=None, *, frames_per_batch: int, seed: int = 0, threads: int = 1,
-                     worker_idx: int | None = None, total_frames: int = -1, learner=None, **_torchrl_options):
+                     worker_idx: int | None = None, total_frames: int = -1, learner=None, storage=None,
+                     **_torchrl_options):
             super().__init__()
             prepare_process(threads)
             import ray
@@ -162,6 +164,8 @@ def _worker_collector():
             self.total_frames = total_frames
             self.version = 0
             self._iterator = None
+            #: with replay storages (runner.storages): where this worker's rollouts go (a StorageWriter)
+            self.storage = storage
 
         # -- what TorchRL's RayCollector calls ------------------------------------------------------------
 
@@ -201,6 +205,11 @@ def _worker_collector():
         def rollout(self) -> TensorDictBase:
             started = time.perf_counter()
             batch = self.inner.collect()
+            if self.storage is not None:  # the transitions go to the storage, the driver gets what it tracks
+                from rlplug.plugins.runners.ray.gradients import tracking
+
+                self.storage.write(batch)
+                batch = tracking(batch)
             self.stamp(batch, time.perf_counter() - started)
             # one buffer: Ray moves it in a third of the time a TensorDict of separate tensors takes
             return batch.consolidate()
