@@ -288,13 +288,18 @@ def compile_update(algorithm: Any, title: str) -> None:
 @dataclass
 class Prepared:
     """A batch made ready for the epochs: the flat tensors the loss reads, split into a fresh random partition
-    of minibatches each epoch (the last may be smaller; one minibatch as large as the batch is the batch)."""
+    of minibatches each epoch (the last may be smaller; one minibatch as large as the batch is the batch).
+
+    Each epoch gathers the whole batch once in its random order (one ``index_select`` per key) and its
+    minibatches are consecutive slices of that, views: the same minibatches as indexing each with its share of
+    the permutation, at one gather per key and epoch instead of one per key and minibatch."""
 
     data: dict[str, torch.Tensor]
     minibatch_size: int
     #: of the critic's values at collection time against the value targets (None without a critic)
     explained_variance: float | None
-    order: list[torch.Tensor] = field(default_factory=list, repr=False)
+    #: this epoch's data, in the epoch's random order
+    shuffled: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
     #: the steps of each sequence where the data are sequences (``[sequences, steps, ...]``: a recurrent policy's)
     sequence_length: int | None = None
 
@@ -316,10 +321,12 @@ class Prepared:
         if self.minibatch_size >= self.length:
             return TensorDict(self.data, batch_size=self.rows(self.length))
         if index == 0:
-            device = self.data["advantage"].device
-            self.order = list(torch.randperm(self.length, device=device).split(self.minibatch_size))
-        indices = self.order[index]
-        return TensorDict({key: value[indices] for key, value in self.data.items()}, batch_size=self.rows(len(indices)))
+            order = torch.randperm(self.length, device=self.data["advantage"].device)
+            self.shuffled = {key: value.index_select(0, order) for key, value in self.data.items()}
+        start = index * self.minibatch_size
+        rows = min(self.minibatch_size, self.length - start)
+        return TensorDict({key: value.narrow(0, start, rows) for key, value in self.shuffled.items()},
+                          batch_size=self.rows(rows))
 
 
 @torch.no_grad()
