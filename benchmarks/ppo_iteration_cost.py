@@ -7,8 +7,12 @@ minibatch). Counted on the real run built from ``recipes/cartpole-ppo.toml`` aft
   Python directly (no aten op above them: each of the others is dispatched from inside one of these); on the
   CPU each computing op is a kernel call, so fewer of them is less fixed per-call cost;
 - **Python calls**: ``cProfile``'s total function calls (Python functions and built-ins);
-- **thread CPU ms**: the mean ``time.thread_time`` of an update and of a collection over ``--repeats`` more
+- **thread CPU ms**: the median ``time.thread_time`` of an update and of a collection over ``--repeats`` more
   iterations (noisy on a shared host; the counts are not).
+
+The eager floor (``benchmarks/peers/eager_ppo_cartpole.py``) is counted beside it, per whole iteration: its
+training loop is one function, so its iteration is the difference between training for 6 batches and for 2,
+divided by 4 (what building the envs and networks costs cancels out).
 
     python benchmarks/ppo_iteration_cost.py
     python benchmarks/ppo_iteration_cost.py --set algorithm.loss='{use="ClipPPOLoss"}'   # any recipe override
@@ -76,10 +80,35 @@ def overrides(pairs: list[str]) -> dict:
     return {key: tomllib.loads(f"v = {value}")["v"] for key, _, value in (pair.partition("=") for pair in pairs)}
 
 
+def eager_iteration(warmup: int) -> tuple[int, int, int, float]:
+    """The eager floor's (aten ops, aten ops from Python, Python calls, thread CPU ms) per iteration."""
+    import importlib.util
+
+    path = REPO_ROOT / "benchmarks" / "peers" / "eager_ppo_cartpole.py"
+    spec = importlib.util.spec_from_file_location("eager_ppo_cartpole", path)
+    assert spec is not None and spec.loader is not None
+    eager = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(eager)
+    frames = eager.NUM_ENVS * eager.STEPS
+
+    def training(batches: int):
+        return lambda: eager.train(0, frames * batches)
+
+    for _ in range(warmup):
+        training(1)()
+    few, many = training(2), training(6)
+    every = (aten_counts(many)[0] - aten_counts(few)[0]) // 4
+    top = (aten_counts(many)[1] - aten_counts(few)[1]) // 4
+    calls = (python_calls(many) - python_calls(few)) // 4
+    ms = (thread_ms(many, 3) - thread_ms(few, 3)) / 4
+    return every, top, calls, ms
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--warmup", type=int, default=3, help="iterations before counting")
     parser.add_argument("--repeats", type=int, default=20, help="iterations timed for the thread CPU ms")
+    parser.add_argument("--no-eager", action="store_true", help="count rlplug alone")
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                         help="a recipe override, as rlplug run --set")
     args = parser.parse_args(argv)
@@ -101,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
             ms = thread_ms(work, args.repeats)
             print(f"{name:38s}{every:10d}{top:13d}{calls:14d}{ms:15.2f}")
         agent.close()
+    if not args.no_eager:
+        every, top, calls, ms = eager_iteration(args.warmup)
+        print(f"{'eager floor, one whole iteration':38s}{every:10d}{top:13d}{calls:14d}{ms:15.2f}")
     return 0
 
 

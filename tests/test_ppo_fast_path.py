@@ -20,10 +20,17 @@ from rlplug.core.training import Prepared
 
 
 def aten_ops(work) -> list[str]:
-    """The names of the aten operators ``work()`` calls."""
+    """The names of the aten operators ``work()`` calls itself (not those they call inside)."""
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         work()
-    return [event.name for event in prof.events() if event.name.startswith("aten::")]
+
+    def inside_another(event) -> bool:
+        parent = event.cpu_parent
+        while parent is not None and not parent.name.startswith("aten::"):
+            parent = parent.cpu_parent
+        return parent is not None
+
+    return [event.name for event in prof.events() if event.name.startswith("aten::") and not inside_another(event)]
 
 
 @pytest.fixture(scope="module")
