@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         batch = collect()
         # update() writes its estimates into the batch it is given: each measurement gets its own copy
         rows = [("collect (32 steps of 8 envs)", collect),
-                ("update (20 epochs of one minibatch)", lambda: update(batch.clone()))]
+                ("update (all epochs of one batch)", lambda: update(batch.clone()))]
         print(f"{'':38s}{'aten ops':>10s}{'from Python':>13s}{'Python calls':>14s}{'thread CPU ms':>15s}")
         for name, work in rows:
             every, top = aten_counts(work)

@@ -82,6 +82,7 @@ def test_an_epoch_gathers_its_shuffled_batch_once_into_the_same_minibatches():
     ops = aten_ops(lambda: [fast.minibatch(i) for i in range(fast.steps)])
     assert ops.count("aten::index_select") == len(data), ops
     assert "aten::index" not in ops, "a minibatch was gathered on its own"
+    assert len(ops) == 1 + 2 * len(data), ops  # the permutation, then one gather and one split per key
 
 
 def test_a_ppo_update_on_minibatches_sliced_from_one_gather_ends_where_the_plain_path_ends():

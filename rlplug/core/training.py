@@ -290,16 +290,16 @@ class Prepared:
     """A batch made ready for the epochs: the flat tensors the loss reads, split into a fresh random partition
     of minibatches each epoch (the last may be smaller; one minibatch as large as the batch is the batch).
 
-    Each epoch gathers the whole batch once in its random order (one ``index_select`` per key) and its
-    minibatches are consecutive slices of that, views: the same minibatches as indexing each with its share of
-    the permutation, at one gather per key and epoch instead of one per key and minibatch."""
+    Each epoch gathers the whole batch once in its random order (one ``index_select`` per key) and splits it into
+    its minibatches (one ``split`` per key, views): the same minibatches as indexing each with its share of the
+    permutation, at two operator calls per key and epoch instead of one gather per key and minibatch."""
 
     data: dict[str, torch.Tensor]
     minibatch_size: int
     #: of the critic's values at collection time against the value targets (None without a critic)
     explained_variance: float | None
-    #: this epoch's data, in the epoch's random order
-    shuffled: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)
+    #: this epoch's minibatches of each key, in the epoch's random order
+    shuffled: dict[str, tuple[torch.Tensor, ...]] = field(default_factory=dict, repr=False)
     #: the steps of each sequence where the data are sequences (``[sequences, steps, ...]``: a recurrent policy's)
     sequence_length: int | None = None
 
@@ -322,11 +322,10 @@ class Prepared:
             return TensorDict(self.data, batch_size=self.rows(self.length))
         if index == 0:
             order = torch.randperm(self.length, device=self.data["advantage"].device)
-            self.shuffled = {key: value.index_select(0, order) for key, value in self.data.items()}
-        start = index * self.minibatch_size
-        rows = min(self.minibatch_size, self.length - start)
-        return TensorDict({key: value.narrow(0, start, rows) for key, value in self.shuffled.items()},
-                          batch_size=self.rows(rows))
+            self.shuffled = {key: value.index_select(0, order).split(self.minibatch_size)
+                             for key, value in self.data.items()}
+        rows = min(self.minibatch_size, self.length - index * self.minibatch_size)
+        return TensorDict({key: parts[index] for key, parts in self.shuffled.items()}, batch_size=self.rows(rows))
 
 
 @torch.no_grad()
