@@ -4,16 +4,20 @@ Workloads: ``ppo-cartpole`` (the canonical recipe against SB3 PPO with the same 
 hyperparameters), ``ddpg-pendulum`` (``recipes/pendulum-ddpg.toml`` against SB3 DDPG with the recipe's
 hyperparameters) and ``dqn-cartpole`` (``recipes/cartpole-dqn.toml`` against SB3 DQN with the zoo's settings the
 recipe starts from) and ``ppo-lstm-cartpole-novel`` (``recipes/cartpole-novel-ppo-lstm.toml`` against
-sb3-contrib's RecurrentPPO with the recipe's hyperparameters). Each training run is a whole child process, so
+sb3-contrib's RecurrentPPO with the recipe's hyperparameters). ``ppo-cartpole`` has a third column, the eager
+floor: ``benchmarks/peers/eager_ppo_cartpole.py``, a single-file PPO in plain eager PyTorch with the recipe's
+hyperparameters (what a careful user writes by hand), so the ratios say what rlplug's layers cost over plain torch
+as well as over SB3. Each training run is a whole child process, so
 the numbers include interpreter start-up, imports and evaluation: what a user waits for. The runs alternate
-(rlplug, sb3, rlplug, sb3, ...) so that drift on a shared, noisy machine hits both
-systems alike, and results are reported as medians with min-max and as ratios
+(rlplug, sb3, rlplug, sb3, ...) so that drift on a shared, noisy machine hits every
+system alike, and results are reported as medians with min-max and as ratios
 rather than as absolute times.
 
     python benchmarks/versus_sb3.py                      # ppo-cartpole, seeds 0 1 2, recipe defaults
     python benchmarks/versus_sb3.py --workload ddpg-pendulum --markdown
     python benchmarks/versus_sb3.py --frames 20000 --only sb3
     python benchmarks/versus_sb3.py --repeats 3 --markdown
+    python benchmarks/versus_sb3.py --workload ppo-cartpole --seeds 0 1 --only rlplug eager
 """
 
 from __future__ import annotations
@@ -46,13 +50,20 @@ class Workload:
     solved_return: float  # the return every run should reach
     #: --set overrides that make rlplug do the peer's work, no more (never hyperparameters)
     same_work: tuple[str, ...] = ()
+    #: a single-file eager PyTorch run of the same hyperparameters (the "eager" system), where there is one
+    floor_script: str | None = None
+
+    def systems(self) -> tuple[str, ...]:
+        """rlplug, its eager floor where the workload has one, SB3: the order each seed's runs alternate in."""
+        return ("rlplug", "eager", "sb3") if self.floor_script else ("rlplug", "sb3")
 
 
 WORKLOADS = {
     # 475: CartPole-v1's reward_threshold in gymnasium. The SB3 peer evaluates once, at the end: so does rlplug
     # here (the recipe also evaluates at 25k, 50k and 75k frames; BENCHMARKS.md has runs with and without)
     "ppo-cartpole": Workload("recipes/cartpole-ppo.toml", "benchmarks/peers/sb3_ppo_cartpole.py", 100_000, 475.0,
-                             same_work=("eval.every_frames=0",)),
+                             same_work=("eval.every_frames=0",),
+                             floor_script="benchmarks/peers/eager_ppo_cartpole.py"),
     # -250: issue 5's threshold for the Pendulum recipes at 20k frames
     # the SB3 peer evaluates once, at the end: so does rlplug here (the recipe also evaluates every 5k frames)
     "ddpg-pendulum": Workload("recipes/pendulum-ddpg.toml", "benchmarks/peers/sb3_ddpg_pendulum.py", 20_000, -250.0,
@@ -66,7 +77,9 @@ WORKLOADS = {
                                         "benchmarks/peers/sb3_recurrent_ppo_cartpole_novel.py", 100_000, 475.0,
                                         same_work=("eval.every_frames=0",)),
 }
-SYSTEMS = ("rlplug", "sb3")
+SYSTEMS = ("rlplug", "eager", "sb3")
+#: the peers rlplug's times are divided by, in the report's order
+PEERS = ("eager", "sb3")
 STDERR_TAIL_LINES = 40
 
 
@@ -103,7 +116,10 @@ def child_command(workload: Workload, system: str, seed: int, frames: int | None
             cmd += ["--set", override]
         return cmd, run_dir / "summary.json"
     json_out = out_dir.with_suffix(".json")
-    cmd = [sys.executable, workload.peer_script, "--seed", str(seed),
+    script = workload.floor_script if system == "eager" else workload.peer_script
+    if script is None:
+        raise ValueError(f"this workload has no {system} run")
+    cmd = [sys.executable, script, "--seed", str(seed),
            "--frames", str(frames if frames is not None else workload.peer_default_frames),
            "--json-out", str(json_out)]
     return cmd, json_out
@@ -194,29 +210,32 @@ def system_row(system: str, runs: list[RunResult], seeds: list[int], solved_retu
 
 
 def ratio_rows(results: list[RunResult]) -> list[dict[str, str]]:
-    """rlplug/sb3 ratios: of the medians, and the range of per-pair ratios.
+    """rlplug/peer ratios for each peer that ran (the eager floor, SB3): of the medians, and the range of
+    per-pair ratios.
 
-    Pairs are the two runs of one (seed, repeat), which ran back to back, so their
+    Pairs are the runs of one (seed, repeat), which ran back to back, so their
     ratio cancels most of the slow drift of a shared machine.
     """
     by_key = {(r.system, r.seed, r.repeat): r for r in results if r.ok}
     rows = []
-    for label, attr in (("wall time", "wall_s"), ("CPU time", "cpu_s"), ("peak RSS", "peak_rss_mib"),
-                        ("train time (self)", "train_s")):
-        ours = [getattr(r, attr) for r in results if r.ok and r.system == "rlplug"]
-        theirs = [getattr(r, attr) for r in results if r.ok and r.system == "sb3"]
-        if not ours or not theirs:
-            continue
-        paired = [
-            getattr(r, attr) / getattr(by_key[("sb3", r.seed, r.repeat)], attr)
-            for r in results
-            if r.ok and r.system == "rlplug" and ("sb3", r.seed, r.repeat) in by_key
-        ]
-        rows.append({
-            "rlplug / sb3": label,
-            "ratio of medians": f"{statistics.median(ours) / statistics.median(theirs):.2f}x",
-            "paired ratios": spread(paired, ".2f"),
-        })
+    for peer in PEERS:
+        for label, attr in (("wall time", "wall_s"), ("CPU time", "cpu_s"), ("peak RSS", "peak_rss_mib"),
+                            ("train time (self)", "train_s")):
+            ours = [getattr(r, attr) for r in results if r.ok and r.system == "rlplug"]
+            theirs = [getattr(r, attr) for r in results if r.ok and r.system == peer]
+            if not ours or not theirs:
+                continue
+            paired = [
+                getattr(r, attr) / getattr(by_key[(peer, r.seed, r.repeat)], attr)
+                for r in results
+                if r.ok and r.system == "rlplug" and (peer, r.seed, r.repeat) in by_key
+            ]
+            rows.append({
+                "ratio": f"rlplug / {peer}",
+                "of": label,
+                "ratio of medians": f"{statistics.median(ours) / statistics.median(theirs):.2f}x",
+                "paired ratios": spread(paired, ".2f"),
+            })
     return rows
 
 
@@ -296,8 +315,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--frames", type=int, default=None,
                         help="training frames for both (default: the recipe's budget)")
-    parser.add_argument("--repeats", type=int, default=1, help="rlplug/sb3 pairs per seed")
-    parser.add_argument("--only", choices=SYSTEMS, default=None, help="run one system only")
+    parser.add_argument("--repeats", type=int, default=1, help="rounds per seed (rlplug, eager floor, sb3)")
+    parser.add_argument("--only", choices=SYSTEMS, nargs="+", default=None,
+                        help="run only these systems (eager: ppo-cartpole's floor)")
     parser.add_argument("--markdown", action="store_true", help="print a report for BENCHMARKS.md")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds before a run is killed")
     parser.add_argument("--keep", type=Path, default=None,
@@ -305,12 +325,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    missing = sorted(set(args.only or ()) - set(WORKLOADS[args.workload].systems()))
+    if missing:
+        parser.error(f"--workload {args.workload} has no {' or '.join(missing)} run")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    systems = [args.only] if args.only else list(SYSTEMS)
+    systems = [s for s in WORKLOADS[args.workload].systems() if not args.only or s in args.only]
     # bytecode for rlplug's modules, as an installed package (SB3 here) has: a source checkout under
     # PYTHONDONTWRITEBYTECODE=1 would otherwise compile them again in every run (about 0.1 s)
     compileall.compile_dir(REPO_ROOT / "rlplug", quiet=1)

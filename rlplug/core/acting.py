@@ -73,21 +73,22 @@ class ActorView:
     def act(self, observation: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """An action and its log-probability (the mode's, when deterministic)."""
         if self.categorical:
-            log_probs = self.params_module(observation).log_softmax(-1)
-            if deterministic:
-                index = log_probs.argmax(-1, keepdim=True)
-            else:
-                index = torch.multinomial(log_probs.exp().reshape(-1, log_probs.shape[-1]), 1)
-                index = index.reshape(*log_probs.shape[:-1], 1)
-            return self._action_from_index(index, log_probs.shape[-1]), log_probs.gather(-1, index).squeeze(-1)
+            index, log_prob, choices = self.choose(observation, deterministic)
+            return (torch.nn.functional.one_hot(index, choices) if self.one_hot else index), log_prob
         dist = self.distribution(observation)
         action = deterministic_sample(dist) if deterministic else dist.sample()
         return action, dist.log_prob(action)
 
-    def _action_from_index(self, index: torch.Tensor, choices: int) -> torch.Tensor:
-        if self.one_hot:
-            return torch.nn.functional.one_hot(index.squeeze(-1), choices)
-        return index.squeeze(-1)
+    def choose(self, observation: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """A categorical head's choice: the chosen index (what gymnasium takes, one-hot or not), its
+        log-probability from the logits' log-softmax, and the number of choices."""
+        log_probs = self.params_module(observation).log_softmax(-1)
+        if deterministic:
+            index = log_probs.argmax(-1, keepdim=True)
+        else:
+            index = torch.multinomial(log_probs.exp().reshape(-1, log_probs.shape[-1]), 1)
+            index = index.reshape(*log_probs.shape[:-1], 1)
+        return index.squeeze(-1), log_probs.gather(-1, index).squeeze(-1), log_probs.shape[-1]
 
 
 def deterministic_sample(dist: Distribution) -> torch.Tensor:
@@ -153,7 +154,11 @@ class TorchArrayActor(ArrayActor):
 
     @torch.inference_mode()
     def act(self, observation: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        action, log_prob = self.view.act(torch.from_numpy(observation).to(self.device), deterministic)
+        observation_tensor = torch.from_numpy(observation).to(self.device)
+        if self.view.categorical:  # the index gymnasium takes, never made one-hot only to be read back
+            index, log_prob, _ = self.view.choose(observation_tensor, deterministic)
+            return index.cpu().numpy(), log_prob.cpu().numpy()
+        action, log_prob = self.view.act(observation_tensor, deterministic)
         return env_action(action, self.view.one_hot), log_prob.cpu().numpy()
 
 

@@ -288,13 +288,18 @@ def compile_update(algorithm: Any, title: str) -> None:
 @dataclass
 class Prepared:
     """A batch made ready for the epochs: the flat tensors the loss reads, split into a fresh random partition
-    of minibatches each epoch (the last may be smaller; one minibatch as large as the batch is the batch)."""
+    of minibatches each epoch (the last may be smaller; one minibatch as large as the batch is the batch).
+
+    Each epoch gathers the whole batch once in its random order (one ``index_select`` per key) and splits it into
+    its minibatches (one ``split`` per key, views): the same minibatches as indexing each with its share of the
+    permutation, at two operator calls per key and epoch instead of one gather per key and minibatch."""
 
     data: dict[str, torch.Tensor]
     minibatch_size: int
     #: of the critic's values at collection time against the value targets (None without a critic)
     explained_variance: float | None
-    order: list[torch.Tensor] = field(default_factory=list, repr=False)
+    #: this epoch's minibatches of each key, in the epoch's random order
+    shuffled: dict[str, tuple[torch.Tensor, ...]] = field(default_factory=dict, repr=False)
     #: the steps of each sequence where the data are sequences (``[sequences, steps, ...]``: a recurrent policy's)
     sequence_length: int | None = None
 
@@ -316,10 +321,11 @@ class Prepared:
         if self.minibatch_size >= self.length:
             return TensorDict(self.data, batch_size=self.rows(self.length))
         if index == 0:
-            device = self.data["advantage"].device
-            self.order = list(torch.randperm(self.length, device=device).split(self.minibatch_size))
-        indices = self.order[index]
-        return TensorDict({key: value[indices] for key, value in self.data.items()}, batch_size=self.rows(len(indices)))
+            order = torch.randperm(self.length, device=self.data["advantage"].device)
+            self.shuffled = {key: value.index_select(0, order).split(self.minibatch_size)
+                             for key, value in self.data.items()}
+        rows = min(self.minibatch_size, self.length - index * self.minibatch_size)
+        return TensorDict({key: parts[index] for key, parts in self.shuffled.items()}, batch_size=self.rows(rows))
 
 
 @torch.no_grad()
