@@ -18,6 +18,7 @@ from rlplug.core.transformed import env_rewards
 from rlplug.errors import UserError, WorkersLost
 from rlplug.plugins.runners.ray.cluster import check_resources, connect_ray, lost_errors, ray_module
 from rlplug.plugins.runners.ray.gradients import GradientWorkerSpec, gradient_mode_problem, gradient_update
+from rlplug.plugins.runners.ray.learners import LearnerGroup, learners_problem, shard_dim
 from rlplug.plugins.runners.ray.worker import (
     WORKER_KEY,
     EnvMaker,
@@ -80,6 +81,14 @@ class RayCollection:
                             path=batch_key(algorithm))
         self.tracker = EpisodeTracker(self.envs_per_worker * workers)
         self.steps = self.worker_frames // self.envs_per_worker
+        self.learner_group: LearnerGroup | None = None
+        if runner.learners > 1:
+            rows = self.envs_per_worker * workers
+            problem = learners_problem(algorithm, runner.learners, rows, self.steps)
+            if problem:
+                raise UserError(problem, path="runner.learners")
+            self.learner_group = LearnerGroup(runner, recipe, env, algorithm,
+                                              shard_dim(algorithm, runner.learners, rows, self.steps))
         self.version = 0
         self.restarts = 0
         self.failures = 0
@@ -159,6 +168,8 @@ class RayCollection:
 
     def shutdown(self) -> None:
         """Stop the workers (and the Ray instance, where this run started it); a later collect() restarts them."""
+        if self.learner_group is not None:
+            self.learner_group.stop(self.algorithm)  # the algorithm here takes their state: they start from it again
         collector, self.ray_collector, self.iterator = self.ray_collector, None, None
         if collector is not None:
             try:
@@ -373,8 +384,16 @@ class RayCollection:
         return self.received(batch, info)
 
     def update(self, algorithm, batch: TensorDictBase) -> dict[str, float]:
-        """The algorithm's own update, or in gradient mode its data-parallel form (:func:`gradient_update`)."""
+        """The algorithm's own update, or in gradient mode its data-parallel form (:func:`gradient_update`), or on
+        several learners (:class:`LearnerGroup`)."""
+        if self.learner_group is not None:
+            return self.learner_group.update(algorithm, batch)
         return gradient_update(self, algorithm, batch) if self.gradients else algorithm.update(batch)
+
+    def before_checkpoint(self, algorithm) -> None:
+        """Several learners: the algorithm here takes learner 0's whole state, which the checkpoint holds."""
+        if self.learner_group is not None:
+            self.learner_group.fetch_state(algorithm)
 
 
 def batch_key(algorithm) -> str:
