@@ -16,12 +16,19 @@ from types import SimpleNamespace
 import pytest
 import ray
 import torch
-
 from conftest import CANONICAL, ROOT, built_algorithm, one_line_error, pendulum_transitions, run_cli, start_cli
+from test_ray import (
+    IMPALA,
+    TwoNodes,
+    finished,
+    metrics,
+    ray_instance,  # noqa: F401 (the module's local Ray instance, a fixture)
+    wait_for_training,
+)
+
 from rlplug.plugins.runners.ray.learners import LearnerGroup
 from rlplug.plugins.runners.ray.runner import RayRunner
 from rlplug.recipe import load
-from test_ray import IMPALA, finished, metrics, ray_instance, two_nodes, wait_for_training  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.slow
 
@@ -32,13 +39,24 @@ PPO = ["env.num_envs=4", "algorithm.frames_per_batch=64", "algorithm.minibatch_s
 SAC = ROOT / "recipes" / "pendulum-sac.toml"
 
 
+@pytest.fixture(scope="module")
+def cluster():
+    """test_ray's two-node cluster (``tests/ray_cluster.py``), for this module."""
+    nodes = TwoNodes()
+    try:
+        yield nodes
+    finally:
+        nodes.close()
+
+
 def group_for(recipe_path, overrides: list[str], algorithm, learners: int = 2) -> LearnerGroup:
     recipe = load(recipe_path, ["run.seed=0", *overrides])
     specs = SimpleNamespace(observation_spec=algorithm.observation_spec, action_spec=algorithm.action_spec)
     return LearnerGroup(RayRunner(learners=learners), recipe, specs, algorithm, dim=0)
 
 
-def test_two_ppo_learners_on_the_halves_of_a_batch_take_the_update_of_one_on_the_whole(ray_instance):
+@pytest.mark.usefixtures("ray_instance")
+def test_two_ppo_learners_on_the_halves_of_a_batch_take_the_update_of_one_on_the_whole():
     driver, [batch] = built_algorithm(CANONICAL, 0, PPO)
     reference, _ = built_algorithm(CANONICAL, 0, PPO)  # the same seed: the same initial weights
     group = group_for(CANONICAL, PPO, driver)
@@ -57,7 +75,8 @@ def test_two_ppo_learners_on_the_halves_of_a_batch_take_the_update_of_one_on_the
         group.stop()
 
 
-def test_two_sac_learners_on_the_halves_of_a_sample_take_the_step_of_one_on_the_whole(ray_instance):
+@pytest.mark.usefixtures("ray_instance")
+def test_two_sac_learners_on_the_halves_of_a_sample_take_the_step_of_one_on_the_whole():
     """SAC's loss samples actions: each half is given the noise of its own seed in both (the whole sample's
     loss is the mean of its halves' with that noise); one gradient step of every learner (actor, critics,
     entropy coefficient) and the targets moved."""
@@ -126,13 +145,13 @@ def test_what_several_learners_cannot_train_is_one_line_and_no_run_directory(tmp
     assert not out.exists()
 
 
-def test_a_learner_lost_with_its_node_stops_the_run_keeping_its_checkpoint_and_resume_goes_on(two_nodes, tmp_path):
+def test_a_learner_lost_with_its_node_stops_the_run_keeping_its_checkpoint_and_resume_goes_on(cluster, tmp_path):
     """Two learners spread over the two nodes (as the workers are); the second node killed once a checkpoint
     exists: the run stops within a bounded time, one line naming the learner, the last checkpoint kept, and
     ``resume`` goes on with the head node alone."""
-    two_nodes.ask("add")
+    cluster.ask("add")
     out = tmp_path / "run"
-    process = start_cli("run", *two_nodes.run_arguments("runner.learners=2", "run.total_frames=10000000",
+    process = start_cli("run", *cluster.run_arguments("runner.learners=2", "run.total_frames=10000000",
                                                         "run.checkpoint_every_frames=512"), "--out", str(out))
     wait_for_training(out, process)
     deadline = time.monotonic() + 300
@@ -140,7 +159,7 @@ def test_a_learner_lost_with_its_node_stops_the_run_keeping_its_checkpoint_and_r
         assert process.poll() is None, finished(process).stderr[-2000:]
         assert time.monotonic() < deadline, "no checkpoint within 300 s"
         time.sleep(0.2)
-    two_nodes.ask("remove")
+    cluster.ask("remove")
     one_line_error(finished(process, timeout=180), "runner.learners: Ray learner", "was lost",
                    f"keeping the last checkpoint; continue with: python -m rlplug resume {out}")
     assert json.loads((out / "summary.json").read_text())["status"] == "stopped"

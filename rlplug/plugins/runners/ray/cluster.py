@@ -91,3 +91,17 @@ def check_resources(runner) -> None:
                 raise UserError(f"{count} {what} with resources_per_{what[:-1]} {dict(asked)} need {amount:g} "
                                 f"{name}, and the Ray cluster has {total.get(name, 0):g}; use fewer {what} or "
                                 f"smaller resources_per_{what[:-1]}", path=f"runner.{what}")
+
+
+def last_line_of(error: BaseException) -> str:
+    """The last line of a remote traceback: the exception the worker raised."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else type(error).__name__
+
+
+def one_line_of(error: BaseException) -> str:
+    """What a Ray error says in one line: the line giving the cause where it has one ("The actor died because
+    its node has died. Node Id: ..."), its first line otherwise, without the full stop."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    line = next((line for line in lines if " because " in line), lines[0] if lines else type(error).__name__)
+    return line[:300].rstrip(".")

@@ -16,7 +16,14 @@ from rlplug.core.episodes import EpisodeTracker
 from rlplug.core.recurrent import is_recurrent
 from rlplug.core.transformed import env_rewards
 from rlplug.errors import UserError, WorkersLost
-from rlplug.plugins.runners.ray.cluster import check_resources, connect_ray, lost_errors, ray_module
+from rlplug.plugins.runners.ray.cluster import (
+    check_resources,
+    connect_ray,
+    last_line_of,
+    lost_errors,
+    one_line_of,
+    ray_module,
+)
 from rlplug.plugins.runners.ray.gradients import GradientWorkerSpec, gradient_mode_problem, gradient_update
 from rlplug.plugins.runners.ray.learners import LearnerGroup, learners_problem, shard_dim
 from rlplug.plugins.runners.ray.worker import (
@@ -400,17 +407,3 @@ def batch_key(algorithm) -> str:
     """The recipe key that sets how many frames an update collects: off-policy algorithms' steps_per_update."""
     config = getattr(algorithm, "config", None)
     return "algorithm.steps_per_update" if hasattr(config, "steps_per_update") else "algorithm.frames_per_batch"
-
-
-def last_line_of(error: BaseException) -> str:
-    """The last line of a remote traceback: the exception the worker raised."""
-    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
-    return lines[-1][:300] if lines else type(error).__name__
-
-
-def one_line_of(error: BaseException) -> str:
-    """What a Ray error says in one line: the line giving the cause where it has one ("The actor died because
-    its node has died. Node Id: ..."), its first line otherwise, without the full stop."""
-    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
-    line = next((line for line in lines if " because " in line), lines[0] if lines else type(error).__name__)
-    return line[:300].rstrip(".")

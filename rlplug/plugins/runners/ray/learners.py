@@ -28,7 +28,7 @@ from rlplug.core.process import prepare_process, seed_everything
 from rlplug.core.training import MetricMean
 from rlplug.errors import LearnerLost, UserError
 from rlplug.plugins.algorithms.offpolicy.base import OffPolicy
-from rlplug.plugins.runners.ray.cluster import ray_module
+from rlplug.plugins.runners.ray.cluster import one_line_of, ray_module
 from rlplug.plugins.runners.ray.gradients import gradient_mode_problem, worker_share
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability
@@ -189,7 +189,9 @@ class LearnerGroup:
     """The training process's side: the learners started (from the algorithm's state) at the first update,
     batches split among them, weights and state brought back, and a lost learner turned into one line."""
 
-    def __init__(self, runner, recipe, env, algorithm, dim: int, replay=None):
+    def __init__(self, runner, recipe, env, algorithm, dim: int | None, replay=None):
+        if dim is None:
+            raise ValueError("no batch dimension splits evenly among the learners (learners_problem says why)")
         self.runner, self.dim, self.replay = runner, dim, replay
         self.spec = LearnerSpec(recipe, env.observation_spec, env.action_spec, runner.learners)
         self.offpolicy = isinstance(algorithm, OffPolicy)
@@ -262,11 +264,9 @@ class LearnerGroup:
                 errors.insert(0, (rank, error))
             except Exception as error:  # a remote exception, or an answer not ready: each says why in its text
                 errors.append((rank, error))
-        rank, error = next((e for e in errors if not isinstance(e[1], ray.exceptions.GetTimeoutError)), errors[0])
-        from rlplug.plugins.runners.ray.collection import one_line_of
-
-        self.lost(f"Ray learner {rank} was lost {doing} ({one_line_of(error)}); a learner cannot be replaced "
-                  f"without the run's exact state", error)
+        rank, cause = next((e for e in errors if not isinstance(e[1], ray.exceptions.GetTimeoutError)), errors[0])
+        self.lost(f"Ray learner {rank} was lost {doing} ({one_line_of(cause)}); a learner cannot be replaced "
+                  f"without the run's exact state", cause)
 
     def lost(self, message: str, cause: Exception | None):
         self.stop()
