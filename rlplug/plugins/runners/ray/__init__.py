@@ -23,5 +23,6 @@ Choices that differ from TorchRL's defaults, and why:
 
 The modules: :mod:`.runner` (the recipe's ``[runner]`` options), :mod:`.cluster` (connecting to Ray, resources),
 :mod:`.worker` (what runs in each Ray actor), :mod:`.collection` (the learner's side: batches, weights,
-restarts) and :mod:`.gradients` (gradient mode).
+restarts), :mod:`.gradients` (gradient mode) and :mod:`.learners` (several learners, ``learners = N``: Ray actors
+in one torch.distributed group).
 """

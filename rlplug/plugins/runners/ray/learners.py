@@ -199,7 +199,10 @@ class LearnerGroup:
 
     def start(self, algorithm) -> None:
         ray = ray_module()
-        remote = ray.remote(Learner).options(**self.runner.learner_options())
+        options = self.runner.learner_options()
+        if self.spec.backend == "nccl":  # a CUDA run: each learner on a GPU of its own unless the recipe says
+            options.setdefault("num_gpus", 1)
+        remote = ray.remote(Learner).options(**options)
         state = ray.put(algorithm.state_dict())
         self.actors = [remote.remote(self.spec, rank, state, self.replay) for rank in range(self.spec.learners)]
         address = self.answers([self.actors[0].address.remote()], START_TIMEOUT, "while starting")[0]
