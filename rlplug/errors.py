@@ -82,6 +82,16 @@ class WorkersLost(UserError):
     training stops there, with a checkpoint of the last update, and goes on with ``resume`` once the
     cluster has room again."""
 
+    #: whether the training process still holds the run's whole state, so that the stop writes a checkpoint of it
+    state_whole = True
+
+
+class LearnerLost(WorkersLost):
+    """A learner elsewhere (``runner.learners``) was lost: the run's exact state (optimiser, replay) went with it
+    and cannot be replaced, so training stops keeping the last checkpoint, and goes on with ``resume``."""
+
+    state_whole = False
+
 
 class RlplugWarning(UserWarning):
     """Something the user may mean but should know about; the command line shows it as one line."""

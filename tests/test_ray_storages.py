@@ -169,6 +169,23 @@ def test_pendulum_sac_trains_on_two_storages_logs_them_and_resumes(tmp_path):
 
 
 @pytest.mark.slow
+def test_two_learners_sample_the_two_storages_the_workers_fill(tmp_path):
+    """rllte's layout (actors, storages, learners): 2 workers write into 2 storages, and 2 learners in one
+    torch.distributed group sample from them; every frame stored once, every update's gradient steps taken."""
+    out = tmp_path / "run"
+    result = run_cli("run", str(SAC), *sets(*TWO_WORKERS, "runner.storages=2", "runner.learners=2",
+                                            "run.total_frames=512", "run.checkpoint_every_frames=0",
+                                            "eval.every_frames=0", "eval.episodes=1", "run.log_every_frames=128"),
+                     "--out", str(out), timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = metrics(out)
+    assert all(float(r["storages"]) == 2.0 and float(r["learners"]) == 2.0 for r in rows)
+    last = rows[-1]
+    assert float(last["storage_sizes"]) == 512.0 and float(last["buffer_size"]) == 512.0  # stored once, not per learner
+    assert last["loss_actor"] and last["allreduce_ms"]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe, overrides, fragment", [
     ("cartpole-ppo.toml", ["runner.use=ray", "runner.storages=1"], "learns on-policy"),
     ("pendulum-sac.toml", [*TWO_WORKERS, "runner.storages=3"], "3 storages for 2 workers"),

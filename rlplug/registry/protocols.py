@@ -340,6 +340,11 @@ class Collector(Protocol):
     def update(self, algorithm: Algorithm, batch: TensorDictBase) -> dict[str, float]:
         """The update done its own way (Ray's gradient workers), instead of ``algorithm.update(batch)``."""
 
+    @optional
+    def before_checkpoint(self, algorithm: Algorithm) -> None:
+        """Before each checkpoint: ``algorithm`` given its whole state back from wherever it trains (Ray's
+        learners)."""
+
 
 class Loss(Protocol):
     """A loss: a TorchRL ``LossModule`` (a TensorDict in, a TensorDict of ``loss_*`` terms and diagnostics out;

@@ -134,11 +134,13 @@ def train(driver: Driver, *, max_frames: int | None = None, max_iters: int | Non
         raise
     except WorkersLost as error:  # the learner's state is whole: kept, and the run goes on with resume
         outcome = {"status": "stopped"}
-        try:
-            driver.checkpoint()
-            kept = "with a checkpoint"
-        except TrainingDiverged:  # env statistics the failing env made NaN: the last good checkpoint stays
-            kept = "keeping the last good checkpoint"
+        kept = "keeping the last checkpoint"  # a lost learner took the state a new one would need
+        if error.state_whole:
+            try:
+                driver.checkpoint()
+                kept = "with a checkpoint"
+            except TrainingDiverged:  # env statistics the failing env made NaN: the last good checkpoint stays
+                kept = "keeping the last good checkpoint"
         raise WorkersLost(f"{error.message}; stopped at frame {driver.frames} {kept}; continue with: "
                           f"python -m rlplug resume {driver.run_dir}", path=error.path) from error
     except KeyboardInterrupt:

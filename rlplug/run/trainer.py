@@ -412,6 +412,9 @@ class Run:
     def state_dict(self) -> dict[str, Any]:
         """Everything a checkpoint holds: plain tensors and numbers, loadable with ``weights_only=True``, and
         their digest."""
+        fetch = capability(self.collector, protocols.Collector.before_checkpoint)
+        if fetch:
+            fetch(self.algorithm)
         return sealed({"recipe": self.recipe.resolved(), "algorithm": self.algorithm.state_dict(),
                        "parameters": parameters.changes(self.algorithm),
                        "env": self.env_statistics(),

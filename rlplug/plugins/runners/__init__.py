@@ -57,9 +57,18 @@ def make_ray(
     #: worker i writes to storage i % storages and the learner samples from all of them as from one buffer of
     #: the recipe's kind and capacity; 0: the replay buffer in the learner's process
     storages: Annotated[int, Range(ge=0)] = 0,
+    #: data-parallel learners (mode = "experience"): 1, the learner in the training process; N > 1, N Ray actors
+    #: each holding a copy of the algorithm and learning from its share of every batch (split by env rows, or by
+    #: steps off-policy), their gradients averaged with torch.distributed at every step; a learner lost stops
+    #: the run, keeping its last checkpoint
+    learners: Annotated[int, Range(ge=1, le=1024)] = 1,
+    #: Ray resources of each learner (as resources_per_worker); unset: { num_cpus = 1 }
+    resources_per_learner: Annotated[dict[str, Annotated[float, Range(ge=0)]], Check(resources_problem)] | None = None,
 ):
     """Collect on Ray workers (TorchRL's RayCollector), the learner in this process.
 
+    With ``learners`` > 1 the update runs on that many Ray actors (torch.distributed: gloo on the CPU, NCCL on
+    CUDA), the ``learners`` and ``allreduce_ms`` metrics say how many and what averaging gradients cost a step.
     Weights go to every worker after each update; the ``policy_lag``, ``weight_sync_ms`` and
     ``worker_restarts`` metrics say how fresh they were, ``worker_nodes`` over how many Ray nodes the workers
     ran; with ``storages``, ``storages``, ``storage_sizes`` and ``storage_restarts`` say where the replay is.
@@ -75,9 +84,15 @@ def make_ray(
     if storages and mode == "gradients":
         raise UserError("in mode = 'gradients' each worker keeps its own replay buffer; storages are for mode = "
                         "'experience' (or leave runner.storages out)", path="runner.storages")
+    if learners > 1 and mode == "gradients":
+        raise UserError(f"runner.learners = {learners} learns from the workers' experience, and in mode = "
+                        f"'gradients' the workers are the learners; use mode = 'experience' or runner.learners = 1",
+                        path="runner.learners")
     resources = dict(resources_per_worker) if resources_per_worker is not None else {"num_cpus": 1.0}
+    learner_resources = dict(resources_per_learner) if resources_per_learner is not None else {"num_cpus": 1.0}
     return RayRunner(workers=workers, address=address, resources_per_worker=resources, mode=mode,
-                     max_restarts=max_restarts, storages=storages)
+                     max_restarts=max_restarts, storages=storages, learners=learners,
+                     resources_per_learner=learner_resources)
 
 
 @hookimpl

@@ -23,6 +23,7 @@ Choices that differ from TorchRL's defaults, and why:
 
 The modules: :mod:`.runner` (the recipe's ``[runner]`` options), :mod:`.cluster` (connecting to Ray, resources),
 :mod:`.worker` (what runs in each Ray actor), :mod:`.collection` (the learner's side: batches, weights,
-restarts), :mod:`.gradients` (gradient mode) and :mod:`.storages` (off-policy replay in Ray actors,
-``storages = M``).
+restarts), :mod:`.gradients` (gradient mode), :mod:`.storages` (off-policy replay in Ray actors,
+``storages = M``) and :mod:`.learners` (several learners, ``learners = N``: Ray actors in one torch.distributed
+group).
 """

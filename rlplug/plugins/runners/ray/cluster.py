@@ -42,7 +42,8 @@ def connect_ray(runner) -> bool:
     if runner.address is None:
         # "local": a new instance for this run, never a cluster that RAY_ADDRESS or 'ray start' points at; enough
         # logical CPUs for the workers asked for, even on a smaller machine (oversubscribed rather than stuck)
-        needed = math.ceil(runner.remote_options()["num_cpus"] * runner.workers)
+        needed = math.ceil(runner.remote_options()["num_cpus"] * runner.workers
+                           + (runner.learner_options()["num_cpus"] * runner.learners if runner.learners > 1 else 0))
         ray.init(address="local", num_cpus=max(os.cpu_count() or 1, needed), **options)
         return True
     problem = unreachable(runner.address)
@@ -76,14 +77,31 @@ def unreachable(address: str, timeout: float = 5.0) -> str | None:
 
 
 def check_resources(runner) -> None:
-    """A clear error instead of workers waiting forever for resources the cluster does not have."""
+    """A clear error instead of workers (or learners) waiting forever for resources the cluster does not have."""
     ray = ray_module()
     total = ray.cluster_resources()
-    options = runner.remote_options()
-    wanted = {"CPU": options["num_cpus"] * runner.workers, "GPU": options.get("num_gpus", 0) * runner.workers,
-              **{k: v * runner.workers for k, v in options.get("resources", {}).items()}}
-    for name, amount in wanted.items():
-        if amount > total.get(name, 0) + 1e-9:
-            raise UserError(f"{runner.workers} workers with resources_per_worker {dict(runner.resources_per_worker)} "
-                            f"need {amount:g} {name}, and the Ray cluster has {total.get(name, 0):g}; use fewer "
-                            f"workers or smaller resources_per_worker", path="runner.workers")
+    groups = [("workers", runner.workers, runner.remote_options(), runner.resources_per_worker)]
+    if runner.learners > 1:
+        groups.append(("learners", runner.learners, runner.learner_options(), runner.resources_per_learner))
+    for what, count, options, asked in groups:
+        wanted = {"CPU": options["num_cpus"] * count, "GPU": options.get("num_gpus", 0) * count,
+                  **{k: v * count for k, v in options.get("resources", {}).items()}}
+        for name, amount in wanted.items():
+            if amount > total.get(name, 0) + 1e-9:
+                raise UserError(f"{count} {what} with resources_per_{what[:-1]} {dict(asked)} need {amount:g} "
+                                f"{name}, and the Ray cluster has {total.get(name, 0):g}; use fewer {what} or "
+                                f"smaller resources_per_{what[:-1]}", path=f"runner.{what}")
+
+
+def last_line_of(error: BaseException) -> str:
+    """The last line of a remote traceback: the exception the worker raised."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else type(error).__name__
+
+
+def one_line_of(error: BaseException) -> str:
+    """What a Ray error says in one line: the line giving the cause where it has one ("The actor died because
+    its node has died. Node Id: ..."), its first line otherwise, without the full stop."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    line = next((line for line in lines if " because " in line), lines[0] if lines else type(error).__name__)
+    return line[:300].rstrip(".")

@@ -16,8 +16,16 @@ from rlplug.core.episodes import EpisodeTracker
 from rlplug.core.recurrent import is_recurrent
 from rlplug.core.transformed import env_rewards
 from rlplug.errors import UserError, WorkersLost
-from rlplug.plugins.runners.ray.cluster import check_resources, connect_ray, lost_errors, ray_module
+from rlplug.plugins.runners.ray.cluster import (
+    check_resources,
+    connect_ray,
+    last_line_of,
+    lost_errors,
+    one_line_of,
+    ray_module,
+)
 from rlplug.plugins.runners.ray.gradients import GradientWorkerSpec, gradient_mode_problem, gradient_update
+from rlplug.plugins.runners.ray.learners import LearnerGroup, learners_problem, shard_dim
 from rlplug.plugins.runners.ray.storages import ShardedReplay, sharded_replay, start_storages, storages_problem, writers
 from rlplug.plugins.runners.ray.worker import (
     WORKER_KEY,
@@ -89,6 +97,15 @@ class RayCollection:
                             path=batch_key(algorithm))
         self.tracker = EpisodeTracker(self.envs_per_worker * workers)
         self.steps = self.worker_frames // self.envs_per_worker
+        self.learner_group: LearnerGroup | None = None
+        if runner.learners > 1:
+            rows = self.envs_per_worker * workers
+            problem = learners_problem(algorithm, runner.learners, rows, self.steps)
+            if problem:
+                raise UserError(problem, path="runner.learners")
+            self.learner_group = LearnerGroup(runner, recipe, env, algorithm,
+                                              shard_dim(algorithm, runner.learners, rows, self.steps),
+                                              replay=self.replay)
         self.version = 0
         self.restarts = 0
         self.failures = 0
@@ -173,6 +190,8 @@ class RayCollection:
 
     def shutdown(self) -> None:
         """Stop the workers (and the Ray instance, where this run started it); a later collect() restarts them."""
+        if self.learner_group is not None:
+            self.learner_group.stop(self.algorithm)  # the algorithm here takes their state: they start from it again
         collector, self.ray_collector, self.iterator = self.ray_collector, None, None
         if collector is not None:
             try:
@@ -325,6 +344,8 @@ class RayCollection:
         the number of Ray nodes the workers ran on in their latest rollouts."""
         result = {"worker_restarts": float(self.restarts)}
         if self.replay is not None:
+            if self.learner_group is not None:
+                len(self.replay)  # the learners sample it, not this process: its sizes asked for afresh
             result.update(self.replay.metrics())
         if self.nodes:
             result["worker_nodes"] = float(len(set(self.nodes.values())))
@@ -391,25 +412,19 @@ class RayCollection:
         return self.received(batch, info)
 
     def update(self, algorithm, batch: TensorDictBase) -> dict[str, float]:
-        """The algorithm's own update, or in gradient mode its data-parallel form (:func:`gradient_update`)."""
+        """The algorithm's own update, or in gradient mode its data-parallel form (:func:`gradient_update`), or on
+        several learners (:class:`LearnerGroup`)."""
+        if self.learner_group is not None:
+            return self.learner_group.update(algorithm, batch)
         return gradient_update(self, algorithm, batch) if self.gradients else algorithm.update(batch)
+
+    def before_checkpoint(self, algorithm) -> None:
+        """Several learners: the algorithm here takes learner 0's whole state, which the checkpoint holds."""
+        if self.learner_group is not None:
+            self.learner_group.fetch_state(algorithm)
 
 
 def batch_key(algorithm) -> str:
     """The recipe key that sets how many frames an update collects: off-policy algorithms' steps_per_update."""
     config = getattr(algorithm, "config", None)
     return "algorithm.steps_per_update" if hasattr(config, "steps_per_update") else "algorithm.frames_per_batch"
-
-
-def last_line_of(error: BaseException) -> str:
-    """The last line of a remote traceback: the exception the worker raised."""
-    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
-    return lines[-1][:300] if lines else type(error).__name__
-
-
-def one_line_of(error: BaseException) -> str:
-    """What a Ray error says in one line: the line giving the cause where it has one ("The actor died because
-    its node has died. Node Id: ..."), its first line otherwise, without the full stop."""
-    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
-    line = next((line for line in lines if " because " in line), lines[0] if lines else type(error).__name__)
-    return line[:300].rstrip(".")

@@ -31,29 +31,31 @@ from rlplug.registry import protocols
 from rlplug.registry.protocols import capability
 
 
-def gradient_mode_problem(algorithm) -> str | None:
-    """Why ``algorithm`` cannot train with gradient workers, or None."""
+def gradient_mode_problem(algorithm, what: str = "mode = 'gradients'",
+                          instead: str = "mode = 'experience'") -> str | None:
+    """Why ``algorithm`` cannot train data-parallel (``what``: gradient workers, or several learners), or None;
+    ``instead`` is the setting that trains it."""
     name = type(algorithm).__name__
     if capability(algorithm, protocols.Algorithm.asynchronous):
-        return (f"mode = 'gradients' is synchronous data-parallel training, and {name} learns from asynchronous "
-                f"experience; use mode = 'experience'")
+        return (f"{what} is synchronous data-parallel training, and {name} learns from asynchronous "
+                f"experience; use {instead}")
     if isinstance(algorithm, OffPolicy):
-        return offpolicy_problem(algorithm)
+        return offpolicy_problem(algorithm, what, instead)
     if not isinstance(algorithm, OnPolicy):
-        return f"mode = 'gradients' trains rlplug's on-policy and off-policy algorithms, not {name}"
+        return f"{what} trains rlplug's on-policy and off-policy algorithms, not {name}"
     if capability(algorithm.loss_module, protocols.Loss.adapts_per_minibatch):
         return (f"{name}'s loss adapts after every minibatch from that minibatch alone (ppo-kl's beta), which "
-                f"workers computing gradients apart cannot agree on; use mode = 'experience'")
+                f"copies computing gradients apart cannot agree on; use {instead}")
     return None
 
 
-def offpolicy_problem(algorithm: OffPolicy) -> str | None:
+def offpolicy_problem(algorithm: OffPolicy, what: str, instead: str) -> str | None:
     if algorithm.preprocessor is not None:
-        return ("each gradient worker's observation_preprocessor would learn its own statistics from its own "
-                "data, and the learner's none; use the env's normalize_observations, or mode = 'experience'")
+        return (f"with {what}, each copy's observation_preprocessor would learn its own statistics from its own "
+                f"data; use the env's normalize_observations, or {instead}")
     if algorithm.learners.scaler is not None:
-        return ("float16 mixed precision scales the gradients where it steps them, so workers cannot compute them "
-                "for the learner; set algorithm.mixed_precision = false, or mode = 'experience'")
+        return (f"float16 mixed precision scales the gradients where it steps them, so {what} cannot compute them "
+                f"in one place and apply them in another; set algorithm.mixed_precision = false, or {instead}")
     return None
 
 

@@ -1,0 +1,286 @@
+"""Several learners (``runner.learners = N``): data-parallel training over Ray actors and torch.distributed.
+
+Each learner is a Ray actor holding a copy of the algorithm built from the recipe, started from the training
+process's state; the N copies join one ``torch.distributed`` process group (gloo on the CPU, NCCL on CUDA) at an
+address learner 0 hands out. Each update the training process splits the batch into N shards (by env rows; an
+off-policy batch that has too few rows by steps) and every learner runs its algorithm's own update on its
+shard, each gradient step being :func:`allreduced_step`: ``compute_gradients`` on its share,
+``torch.distributed.all_reduce`` of the gradients (their mean), ``apply_gradients``. The copies stay identical;
+learner 0 hands back its weights for the workers and evaluation, and its whole state before a checkpoint.
+
+A learner that dies (its process, or its node) cannot be replaced: its copy of the optimiser and replay are
+gone. The run stops (:class:`~rlplug.errors.LearnerLost`), keeping its last checkpoint. Every wait on a
+learner is bounded.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from rlplug.core.process import prepare_process, seed_everything
+from rlplug.core.training import MetricMean
+from rlplug.errors import LearnerLost, UserError
+from rlplug.plugins.algorithms.offpolicy.base import OffPolicy
+from rlplug.plugins.runners.ray.cluster import one_line_of, ray_module
+from rlplug.plugins.runners.ray.gradients import gradient_mode_problem, worker_share
+
+#: How long the learners have to start and join their process group (Ray finding room for them included).
+START_TIMEOUT = 300.0
+#: How long one update (or an answer) of the learners may take before the run stops.
+UPDATE_TIMEOUT = 600.0
+#: Once one learner failed, how long the others have to say why (a dead peer is named before its survivors).
+FAILURE_GRACE = 5.0
+
+
+def learners_problem(algorithm, learners: int, rows: int, steps: int) -> str | None:
+    """Why ``learners`` learners cannot train ``algorithm`` on batches of ``rows`` env rows of ``steps`` steps;
+    None where they can."""
+    what = f"runner.learners = {learners}"
+    problem = gradient_mode_problem(algorithm, what, "runner.learners = 1")
+    if problem or shard_dim(algorithm, learners, rows, steps) is not None:
+        return problem
+    along = f"{rows} env rows" if not isinstance(algorithm, OffPolicy) else f"{rows} env rows or {steps} steps"
+    return (f"{what}: a batch of {along} cannot be split evenly into {learners} shards; use a number of learners "
+            f"that divides it, or more envs")
+
+
+def shard_dim(algorithm, learners: int, rows: int, steps: int) -> int | None:
+    """The batch dimension a batch is split along: 0 (env rows, which keeps each env's steps together for the
+    on-policy estimators), else for off-policy algorithms 1 (steps); None where neither splits evenly."""
+    if rows % learners == 0:
+        return 0
+    if isinstance(algorithm, OffPolicy) and steps % learners == 0:
+        return 1
+    return None
+
+
+def mean_over_learners(gradients: TensorDictBase) -> None:
+    """Every floating-point entry of ``gradients`` replaced, in place, by its mean over the process group: one
+    ``all_reduce`` of them all flattened (gloo has no mean: a sum, divided). Counts (a batch-norm layer's batches
+    seen, the same everywhere) stay."""
+    import torch.distributed as dist
+
+    tensors = [t for t in gradients.values(include_nested=True, leaves_only=True) if t.is_floating_point()]
+    flat = torch.cat([t.reshape(-1) for t in tensors])
+    dist.all_reduce(flat)
+    flat /= dist.get_world_size()
+    for tensor, part in zip(tensors, flat.split([t.numel() for t in tensors])):
+        tensor.copy_(part.view_as(tensor))
+
+
+@dataclass(frozen=True)
+class LearnerSpec:
+    """What a learner builds its copy of the algorithm from (pickled into the Ray actor)."""
+
+    recipe: Any
+    observation_spec: Any
+    action_spec: Any
+    learners: int
+
+    @property
+    def backend(self) -> str:
+        return "nccl" if torch.device(self.recipe.run.device).type == "cuda" else "gloo"
+
+
+class Learner:
+    """One learner (a Ray actor): its copy of the algorithm, one member of the process group.
+
+    ``replay``: an off-policy replay to use instead of the one the recipe builds (a picklable replay shared
+    by the learners, sharded over Ray actors); its contents are left as they are.
+    """
+
+    def __init__(self, spec: LearnerSpec, rank: int, state: dict, replay=None):
+        run = spec.recipe.run
+        prepare_process(run.num_threads)
+        seed_everything(run.seed + rank)  # minibatch orders may differ; the steps are averaged anyway
+        algorithm = spec.recipe.algorithm.build(observation_spec=spec.observation_spec, action_spec=spec.action_spec,
+                                                device=run.device, seed=run.seed + rank, total_frames=run.total_frames)
+        algorithm.load_state_dict(state)
+        if isinstance(algorithm, OffPolicy):
+            algorithm.noise = None  # a learner never acts: exploration is the training process's
+            if replay is not None:  # the workers write into it; the learners only sample
+                algorithm.install_replay(replay, stored_elsewhere=True)
+        self.algorithm, self.spec, self.rank = algorithm, spec, rank
+        self.allreduce_seconds, self.steps = 0.0, 0
+
+    def address(self) -> str:
+        """A TCP rendezvous for the process group on this learner's node (learner 0's)."""
+        import ray
+
+        with socket.socket() as probe:
+            probe.bind(("", 0))
+            port = probe.getsockname()[1]
+        return f"tcp://{ray.util.get_node_ip_address()}:{port}"
+
+    def join(self, address: str) -> None:
+        import torch.distributed as dist
+
+        dist.init_process_group(self.spec.backend, init_method=address, rank=self.rank,
+                                world_size=self.spec.learners, timeout=timedelta(seconds=START_TIMEOUT))
+
+    def allreduced_step(self, batch: TensorDictBase) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """One gradient step of the group: this learner's gradients on ``batch`` (its share), averaged over the
+        learners, applied. What the loss reports (its total left out, as a local update reports) and the
+        gradient norms."""
+        gradients, reported = self.algorithm.compute_gradients(batch, grads_to_cpu=False)
+        started = time.perf_counter()
+        mean_over_learners(gradients)
+        self.allreduce_seconds += time.perf_counter() - started
+        self.steps += 1
+        reported.pop("loss", None)
+        return reported, self.algorithm.apply_gradients(gradients)
+
+    def update(self, shard: TensorDictBase, frames: int) -> dict[str, Any]:
+        """The algorithm's update on ``shard`` (``frames`` collected in all), every gradient step the group's;
+        its metrics, ``allreduce_ms`` per step, and (learner 0) the new weights."""
+        self.allreduce_seconds, self.steps = 0.0, 0
+        shard = shard.to(self.algorithm.device)
+        metrics = self.offpolicy(shard, frames) if isinstance(self.algorithm, OffPolicy) \
+            else self.onpolicy(shard, frames)
+        if self.steps:
+            metrics["allreduce_ms"] = 1000 * self.allreduce_seconds / self.steps
+        return {"metrics": metrics, "weights": self.algorithm.get_weights().to("cpu") if self.rank == 0 else None}
+
+    def onpolicy(self, shard: TensorDictBase, frames: int) -> dict[str, float]:
+        """The on-policy update (:meth:`OnPolicy.learn`'s epochs), each minibatch this learner's share of one."""
+        algorithm = self.algorithm
+        lr = algorithm.start_update(frames)
+        prepared = algorithm.prepare(shard, worker_share(algorithm.minibatch_size, self.spec.learners))
+
+        def step(index: int, diagnostics: bool):
+            reported, norms = self.allreduced_step(prepared.minibatch(index))
+            return (reported if diagnostics else {}), norms.get("grad_norm")
+
+        return algorithm.learn(prepared.steps, step, lr, prepared.explained_variance)
+
+    def offpolicy(self, shard: TensorDictBase, frames: int) -> dict[str, float]:
+        """The off-policy update: the shard stored, the schedules at ``frames``, then ``gradient_steps`` steps on
+        samples of this learner's share of ``batch_size``."""
+        algorithm = self.algorithm
+        algorithm.store(shard)
+        result = algorithm.follow_frames(frames)
+        result["buffer_size"] = float(len(algorithm.replay))
+        share = worker_share(algorithm.config.batch_size, self.spec.learners)
+        metrics = MetricMean()
+        if algorithm.frames >= algorithm.config.learning_starts and len(algorithm.replay) >= share:
+            for _ in range(algorithm.config.gradient_steps):
+                sample = algorithm.sample(share)
+                reported, norms = self.allreduced_step(sample)
+                metrics.add(**reported, **norms)
+                algorithm.new_priorities(sample, sample.get("td_error", None))
+        return {**result, **metrics.means(), **algorithm.extra_metrics()}
+
+    def state(self) -> dict:
+        """The algorithm's whole state (weights, optimiser, counters, replay), for a checkpoint."""
+        return self.algorithm.state_dict()
+
+
+class LearnerGroup:
+    """The training process's side: the learners started (from the algorithm's state) at the first update,
+    batches split among them, weights and state brought back, and a lost learner turned into one line."""
+
+    def __init__(self, runner, recipe, env, algorithm, dim: int | None, replay=None):
+        if dim is None:
+            raise ValueError("no batch dimension splits evenly among the learners (learners_problem says why)")
+        self.runner, self.dim, self.replay = runner, dim, replay
+        self.spec = LearnerSpec(recipe, env.observation_spec, env.action_spec, runner.learners)
+        self.offpolicy = isinstance(algorithm, OffPolicy)
+        self.actors: list[Any] = []
+
+    def start(self, algorithm) -> None:
+        ray = ray_module()
+        options = self.runner.learner_options()
+        if self.spec.backend == "nccl":  # a CUDA run: each learner on a GPU of its own unless the recipe says
+            options.setdefault("num_gpus", 1)
+        remote = ray.remote(Learner).options(**options)
+        state = ray.put(algorithm.state_dict())
+        self.actors = [remote.remote(self.spec, rank, state, self.replay) for rank in range(self.spec.learners)]
+        address = self.answers([self.actors[0].address.remote()], START_TIMEOUT, "while starting")[0]
+        self.answers([actor.join.remote(address) for actor in self.actors], START_TIMEOUT, "while starting")
+
+    def update(self, algorithm, batch: TensorDictBase) -> dict[str, float]:
+        """One update on the learners; the training process's algorithm counts the frames, follows its
+        schedules (its workers' exploration) and takes learner 0's weights."""
+        if not self.actors:
+            self.start(algorithm)
+        ray = ray_module()
+        frames = batch.numel()
+        shards = [ray.put(shard.cpu()) for shard in batch.chunk(self.spec.learners, dim=self.dim)]
+        answers = self.answers([actor.update.remote(shard, frames) for actor, shard in zip(self.actors, shards)],
+                               UPDATE_TIMEOUT, "during an update")
+        if self.offpolicy:
+            algorithm.follow_frames(frames)
+        else:
+            algorithm.start_update(frames)
+        algorithm.set_weights(answers[0]["weights"])
+        metrics = dict(answers[0]["metrics"])
+        if self.offpolicy and self.replay is None:  # the learners' own buffers together (shared storages: one)
+            metrics["buffer_size"] = float(sum(answer["metrics"]["buffer_size"] for answer in answers))
+        times = [answer["metrics"]["allreduce_ms"] for answer in answers if "allreduce_ms" in answer["metrics"]]
+        if times:
+            metrics["allreduce_ms"] = sum(times) / len(times)
+        metrics["learners"] = float(self.spec.learners)
+        return metrics
+
+    def fetch_state(self, algorithm) -> None:
+        """``algorithm`` takes learner 0's whole state (before a checkpoint, or when the learners stop)."""
+        if self.actors:
+            algorithm.load_state_dict(self.answers([self.actors[0].state.remote()], UPDATE_TIMEOUT,
+                                                   "while handing in its state")[0])
+
+    def answers(self, refs: list, timeout: float, doing: str) -> list:
+        """What each call answered, in order; a learner that died, failed or did not answer within ``timeout``
+        seconds stops the run (:meth:`lost`)."""
+        ray = ray_module()
+        deadline = time.monotonic() + timeout
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+            if not ready:
+                rank = refs.index(pending[0])
+                self.lost(f"Ray learner {rank} did not answer within {timeout:g} s {doing}", None)
+            try:
+                ray.get(ready[0], timeout=0)
+            except ray.exceptions.RayError:
+                self.failed(refs, doing)
+        return ray.get(refs, timeout=0)
+
+    def failed(self, refs: list, doing: str) -> None:
+        """A learner failed: the one whose actor died is named (its survivors fail after it, their peer gone)."""
+        ray = ray_module()
+        ray.wait(refs, num_returns=len(refs), timeout=FAILURE_GRACE)
+        errors: list[tuple[int, Exception]] = []
+        for rank, ref in enumerate(refs):
+            try:
+                ray.get(ref, timeout=0)
+            except ray.exceptions.RayActorError as error:
+                errors.insert(0, (rank, error))
+            except Exception as error:  # a remote exception, or an answer not ready: each says why in its text
+                errors.append((rank, error))
+        rank, cause = next((e for e in errors if not isinstance(e[1], ray.exceptions.GetTimeoutError)), errors[0])
+        self.lost(f"Ray learner {rank} was lost {doing} ({one_line_of(cause)}); a learner cannot be replaced "
+                  f"without the run's exact state", cause)
+
+    def lost(self, message: str, cause: Exception | None):
+        self.stop()
+        raise LearnerLost(message, path="runner.learners") from cause
+
+    def stop(self, algorithm=None) -> None:
+        """The learners ended (``algorithm``, where given, takes their state first: a later update starts them
+        again from it)."""
+        if algorithm is not None:
+            try:
+                self.fetch_state(algorithm)
+            except UserError:  # lost meanwhile: the training process keeps what it has
+                pass
+        ray = ray_module()
+        actors, self.actors = self.actors, []
+        for actor in actors:
+            ray.kill(actor)
