@@ -88,7 +88,8 @@ def test_every_recipe_keeps_the_local_runner_and_the_env_component_pickles():
     assert again.build(device="cpu").batch_size == recipe.env.build(device="cpu").batch_size
     ray_recipe = recipes.load(CANONICAL, ["runner.use=ray", "runner.workers=3", "runner.address=auto"])
     assert ray_recipe.resolved()["runner"] == {"use": "rlplug:ray", "workers": 3, "address": "auto",
-                                               "mode": "experience", "max_restarts": 3, "storages": 0}
+                                               "mode": "experience", "max_restarts": 3, "storages": 0,
+                                               "learners": 1}
     assert recipes.load(IMPALA).runner.spec.name == "ray"
 
 

@@ -213,12 +213,18 @@ def test_a_storage_lost_with_its_node_restarts_empty_and_the_run_finishes(two_no
                      "run.total_frames=1536", "run.log_every_frames=64", "eval.every_frames=0", "eval.episodes=1")
     process = start_cli("run", str(SAC), *arguments, "--out", str(out))
     wait_for_training(out, process)
+    placed = metrics(out)[-1]
+    if float(placed.get("storage_nodes") or 0) < 2:  # SPREAD is Ray's best effort, not a promise
+        process.kill()
+        process.communicate()
+        pytest.skip(f"Ray placed the storages on {placed.get('storage_nodes')} node(s) this time: no storage to lose")
     two_nodes.ask("remove")
     result = finished(process)
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert json.loads((out / "summary.json").read_text())["status"] == "finished"
     rows = metrics(out)
-    assert float(rows[-1]["storage_restarts"]) >= 1.0 and float(rows[-1]["worker_restarts"]) >= 1.0
+    assert float(rows[-1]["storage_restarts"]) >= 1.0, rows[-1]
+    assert float(rows[-1]["worker_restarts"]) >= 1.0, rows[-1]
     # the lost storage's share was dropped and collected again: fewer stored than collected, yet growing
     stored = [float(row["storage_sizes"]) for row in rows]
     assert stored[-1] < 1536 and stored[-1] > stored[0]

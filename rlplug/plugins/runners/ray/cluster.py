@@ -105,3 +105,12 @@ def one_line_of(error: BaseException) -> str:
     lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
     line = next((line for line in lines if " because " in line), lines[0] if lines else type(error).__name__)
     return line[:300].rstrip(".")
+
+
+def node_number(ray) -> int:
+    """The Ray node this process runs on, as a number a rollout can carry (its id's first 60 bits); 0 outside
+    Ray."""
+    try:
+        return int(ray.get_runtime_context().get_node_id()[:15], 16)
+    except (RuntimeError, AssertionError, ValueError):
+        return 0

@@ -38,7 +38,7 @@ from tensordict import TensorDictBase
 
 from rlplug.errors import UserError, WorkersLost
 from rlplug.plugins.algorithms.offpolicy.base import replay_transitions
-from rlplug.plugins.runners.ray.cluster import lost_errors, ray_module
+from rlplug.plugins.runners.ray.cluster import lost_errors, node_number, ray_module
 
 #: The longest wait for a storage's answer; a storage that does not answer by then is skipped for that call.
 STORAGE_TIMEOUT = 60.0
@@ -57,6 +57,7 @@ class Storage:
         self.buffer = component.with_params(capacity=capacity).build(device="cpu", seed=seed, **context)
         self.prioritized = hasattr(self.buffer, "update_priority")
         self.life = f"{os.getpid()}-{time.time_ns()}"  # changes when Ray restarts the actor
+        self.node = node_number(ray_module())
 
     def extend(self, transitions: TensorDictBase) -> int:
         self.buffer.extend(transitions)
@@ -71,7 +72,8 @@ class Storage:
     def mass(self) -> dict[str, Any]:
         """Its life, size, sampling mass (the size, or the sum of ``p^alpha``) and smallest ``p^alpha``."""
         size = len(self.buffer)
-        state: dict[str, Any] = {"life": self.life, "size": size, "mass": float(size), "least": math.inf}
+        state: dict[str, Any] = {"life": self.life, "node": self.node, "size": size, "mass": float(size),
+                                 "least": math.inf}
         if self.prioritized and size:
             powered = self._powered()
             state.update(mass=float(powered.sum()), least=float(powered.min()))
@@ -135,6 +137,7 @@ class ShardedReplay:
         self.schedule, self.device, self.timeout = schedule, torch.device(device), timeout
         self.generator = torch.Generator().manual_seed(int(seed))
         self.lives: list[str | None] = [None] * len(self.shards)
+        self.nodes: list[int | None] = [None] * len(self.shards)
         self.sizes: list[int] = [0] * len(self.shards)
         self.restarts, self.max_restarts = 0, max_restarts
         #: since when each storage that stopped answering has been silent (monotonic seconds)
@@ -159,6 +162,7 @@ class ShardedReplay:
         """New storages (the collection starts again), filled with what :meth:`detach` kept."""
         kept, self.kept = self.kept, None
         self.shards, self.lives, self.sizes = list(shards), [None] * len(shards), [0] * len(shards)
+        self.nodes = [None] * len(shards)
         self.silent = {}
         if kept is not None:
             self.load_state_dict(kept)
@@ -190,6 +194,7 @@ class ShardedReplay:
         if self.lives[shard] is not None and self.lives[shard] != mass["life"]:
             self.restarts += 1
         self.lives[shard] = mass["life"]
+        self.nodes[shard] = mass["node"]
         self.sizes[shard] = int(mass["size"])
 
     def masses(self) -> dict[int, dict[str, Any]]:
@@ -279,9 +284,11 @@ class ShardedReplay:
             self.schedule.beta = float(state["beta"])
 
     def metrics(self) -> dict[str, float]:
-        """``storages``, ``storage_sizes`` (their total, as last known) and ``storage_restarts``."""
+        """``storages``, ``storage_sizes`` (their total, as last known), ``storage_restarts`` and
+        ``storage_nodes`` (over how many Ray nodes they are, as last known)."""
+        nodes = {node for node in self.nodes if node is not None}
         return {"storages": float(len(self.shards)), "storage_sizes": float(sum(self.sizes)),
-                "storage_restarts": float(self.restarts)}
+                "storage_restarts": float(self.restarts), **({"storage_nodes": float(len(nodes))} if nodes else {})}
 
 
 def storages_problem(algorithm) -> str | None:

@@ -18,6 +18,7 @@ from rlplug.core.collect import Collector
 from rlplug.core.env_members import env_statistics
 from rlplug.core.envs import build_env
 from rlplug.core.process import prepare_process, seed_everything
+from rlplug.plugins.runners.ray.cluster import node_number
 
 if TYPE_CHECKING:
     from rlplug.plugins.runners.ray.gradients import OffPolicyGradients, OnPolicyGradients
@@ -96,15 +97,6 @@ def weights_updater_class():
 
             _UPDATER_CLASS = VersionedRayWeightUpdater
     return _UPDATER_CLASS
-
-
-def node_number(ray) -> int:
-    """The Ray node this process runs on, as a number a rollout can carry (its id's first 60 bits); 0 outside
-    Ray."""
-    try:
-        return int(ray.get_runtime_context().get_node_id()[:15], 16)
-    except (RuntimeError, AssertionError, ValueError):
-        return 0
 
 
 def worker_collector_class():
