@@ -6,6 +6,7 @@ from a seed, with the ``gym`` env's specs, refusing the ids it does not have, an
 from __future__ import annotations
 
 import json
+from importlib.util import find_spec
 
 import gymnasium as gym
 import numpy as np
@@ -77,10 +78,12 @@ def test_steps_equal_gymnasium(env_id):
     assert ends["terminated"] > 0 or env_id == "Pendulum-v1", ends  # Pendulum never terminates
 
 
-@pytest.mark.parametrize("env_id", IDS)
+@pytest.mark.parametrize("env_id", [*IDS, pytest.param("MinAtar/Breakout-v1", marks=pytest.mark.skipif(
+    find_spec("minatar") is None, reason='needs pip install "rlplug[minatar]"'))])
 def test_specs_equal_the_gym_envs(env_id):
-    """Every spec (observations with their bounds, actions, rewards, done flags) is the ``gym`` env's for the
-    same id, so networks and algorithms built for one take the other."""
+    """Every spec (observations with their bounds, actions, rewards, done flags; MinAtar's ``[10, 10, 4]``
+    boolean grid) is the ``gym`` env's for the same id, so networks and algorithms built for one take the
+    other."""
     ours = rlplug.make("env", "torch-classic", id=env_id, num_envs=3)
     theirs = rlplug.make("env", "gym", id=env_id, num_envs=3)
     try:

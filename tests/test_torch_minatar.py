@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import torch
 from conftest import one_line_error, run_cli
-from torchrl.envs.utils import check_env_specs
 
 import rlplug
 from rlplug.plugins.envs.torch_minatar import BALL, BRICK, BRICK_ROWS, PADDLE, TRAIL, Breakout
@@ -183,21 +182,6 @@ def test_a_lost_game_stepped_again_stays_lost():
         assert state["reward"].item() == reward and state["terminated"].item() == terminal
         ended.append(terminal)
     assert ended == [False] * 5 + [True] * 5
-
-
-@needs_minatar
-def test_specs_equal_the_gym_env():
-    """Every spec (the ``[10, 10, 4]`` boolean grid, 3 actions, rewards, done flags) is the ``gym`` env's for the
-    id, so a recipe's networks and algorithm take either."""
-    ours = rlplug.make("env", "torch-classic", id=ENV_ID, num_envs=3)
-    theirs = rlplug.make("env", "gym", id=ENV_ID, num_envs=3)
-    try:
-        for spec in ("full_observation_spec", "full_action_spec", "full_reward_spec", "full_done_spec",
-                     "full_state_spec"):
-            assert getattr(ours, spec) == getattr(theirs, spec), spec
-        check_env_specs(ours)
-    finally:
-        theirs.close()
 
 
 def test_no_time_limit_but_the_one_asked_for():
