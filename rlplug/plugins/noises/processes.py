@@ -29,6 +29,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 from torchrl.envs.utils import ExplorationType, exploration_type
 
+from rlplug.core.module_values import BufferedValue
 from rlplug.errors import ParameterError, UserError
 
 SCHEDULES = ("constant", "linear", "exponential")
@@ -75,6 +76,8 @@ class ScheduledNoise(TensorDictModuleBase):
 
     in_keys = ["action"]
     out_keys = ["action"]
+    #: the schedule's position (frames collected)
+    frames = BufferedValue("scheduled_frames", torch.int64)
 
     def __init__(self, action_spec, *, sigma: float, final_sigma: float | None = None, schedule: str = "constant",
                  total_frames: int | None = None, device: str | torch.device = "cpu"):
@@ -92,17 +95,7 @@ class ScheduledNoise(TensorDictModuleBase):
         self.final_sigma = None if final_sigma is None else float(final_sigma)
         self.schedule = schedule
         self.total_frames = total_frames
-        # the schedule's position as a buffer: it travels with the policy's weights to the ray runner's workers,
-        # whose noise would otherwise keep its first sigma for the whole run
-        self.register_buffer("scheduled_frames", torch.tensor(0, dtype=torch.int64), persistent=False)
-
-    @property
-    def frames(self) -> int:
-        return int(self.scheduled_frames)
-
-    @frames.setter
-    def frames(self, value: int) -> None:
-        self.scheduled_frames.fill_(int(value))
+        self.frames = 0
 
     @property
     def progress(self) -> float:

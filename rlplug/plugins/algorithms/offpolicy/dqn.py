@@ -24,6 +24,7 @@ from torchrl.objectives import LossModule
 
 from rlplug.core.acting import tensor_function
 from rlplug.core.actions import action_layout
+from rlplug.core.module_values import BufferedValue
 from rlplug.errors import UserError
 from rlplug.plugins.algorithms.networks import build_network
 from rlplug.plugins.algorithms.offpolicy.base import OffPolicy
@@ -38,22 +39,14 @@ class EpsilonGreedy(TensorDictModuleBase):
     :attr:`epsilon` while exploring (never in deterministic evaluation). Actions are one-hot vectors or
     indices, as the env's action spec has them."""
 
+    #: float64 keeps the recipe's value exact
+    epsilon = BufferedValue("scheduled_epsilon", torch.float64)
+
     def __init__(self, action_spec, epsilon: float):
         super().__init__()
         self.in_keys, self.out_keys = ["action_value"], ["action"]
         self.one_hot = isinstance(action_spec, OneHot)
-        # a buffer, not a float: it travels with the policy's weights, so the ray runner's workers explore with the
-        # learner's schedule (a float stayed at its first value there for the whole run); float64 keeps it exact
-        self.register_buffer("scheduled_epsilon", torch.tensor(float(epsilon), dtype=torch.float64),
-                             persistent=False)
-
-    @property
-    def epsilon(self) -> float:
-        return float(self.scheduled_epsilon)
-
-    @epsilon.setter
-    def epsilon(self, value: float) -> None:
-        self.scheduled_epsilon.fill_(float(value))
+        self.epsilon = float(epsilon)
 
     def forward(self, data: TensorDictBase) -> TensorDictBase:
         data.set("action", self.act_on(data.get("action_value")))

@@ -17,6 +17,7 @@ from torchrl.envs.utils import ExplorationType, exploration_type
 from torchrl.modules import ProbabilisticActor
 
 from rlplug.core.acting import ActorView
+from rlplug.core.module_values import BufferedValue
 from rlplug.core.training import (
     FlatParameters,
     NonFiniteError,
@@ -71,21 +72,14 @@ class RandomActions(TensorDictModuleBase):
     """Replaces ``action`` by a uniformly random one while :attr:`active` and exploring (the first
     ``random_frames`` of a run); the algorithm switches it off as frames come in."""
 
+    active = BufferedValue("random_phase", torch.bool)
+
     def __init__(self, action_spec, env_dims: int):
         super().__init__()
         self.in_keys, self.out_keys = ["action"], ["action"]
         self.spec = action_spec[(0,) * env_dims] if env_dims else action_spec  # one env's actions
         self.one_hot = isinstance(self.spec, OneHot)  # DQN's random phase, in the env's layout
-        # a buffer, so that it travels with the policy's weights to the ray runner's workers (EpsilonGreedy's reason)
-        self.register_buffer("random_phase", torch.tensor(True), persistent=False)
-
-    @property
-    def active(self) -> bool:
-        return bool(self.random_phase)
-
-    @active.setter
-    def active(self, value: bool) -> None:
-        self.random_phase.fill_(bool(value))
+        self.active = True
 
     def forward(self, data: TensorDictBase) -> TensorDictBase:
         data.set("action", self.act_on(data.get("action")))
