@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 
+import gymnasium
 import pytest
 import ray
 import torch
@@ -171,6 +172,18 @@ def test_ray_batches_have_the_local_layout_and_workers_act_with_synced_weights(r
     assert collector.metrics()["policy_lag"] == 0.0
     collector.shutdown()
     assert released() and ray.is_initialized()  # the module's instance is left running for the others
+
+
+def test_a_worker_that_cannot_build_the_env_is_one_line_naming_the_cause(ray_instance, tmp_path):
+    """An env id registered in this process only: the training process builds it, the workers (Ray's own
+    processes) cannot, and the run says so in one line instead of a traceback."""
+    gymnasium.register("RlplugOnlyHere-v0", entry_point="gymnasium.envs.classic_control:CartPoleEnv")
+    try:
+        with pytest.raises(UserError, match=r"runner\.workers: a Ray worker could not start: .*RlplugOnlyHere"):
+            agent(tmp_path, env={"use": "gym", "id": "RlplugOnlyHere-v0", "num_envs": 2}, runner={"max_restarts": 0})
+    finally:
+        gymnasium.registry.pop("RlplugOnlyHere-v0", None)
+    assert released()
 
 
 def test_ppo_trains_under_ray_and_logs_lag_and_restarts(ray_instance, tmp_path):

@@ -167,7 +167,9 @@ class RayCollection:
                 answers = ray.get([actor.cascade_execute.remote("statistics") for actor in actors],
                                   timeout=RESTART_TIMEOUT)
             except ray.exceptions.RayActorError as error:
-                raise RuntimeError(f"a Ray worker could not start: {last_line_of(error)}") from None
+                raise UserError(f"a Ray worker could not start: {last_line_of(error)}; every node of the cluster "
+                                f"must be able to build the recipe's env and plugins (installed there, in the "
+                                f"same versions)", path="runner.workers") from None
             except ray.exceptions.GetTimeoutError:
                 raise UserError(f"the Ray workers did not start within {RESTART_TIMEOUT:g} s: no node of the "
                                 f"cluster has room for a worker's resources "

@@ -159,6 +159,11 @@ def _worker_collector():
             #: with replay storages (runner.storages): where this worker's rollouts go (a StorageWriter)
             self.storage = storage
 
+        def __bool__(self) -> bool:
+            # Ray tests an actor's truth when it reports a failed call, constructor included; without this, that
+            # reaches TorchRL's __len__, which a collector of no total frames refuses, and the cause is lost
+            return True
+
         # -- what TorchRL's RayCollector calls ------------------------------------------------------------
 
         def iterator(self):
