@@ -95,6 +95,12 @@ def test_uniform_samples_are_one_buffers_over_the_storages(ray_instance):
     # picklable (actor handles): a learner elsewhere samples from the same storages
     sizes = ray.get(ray.remote(lambda again: (len(again), again.sample(16).batch_size[0])).remote(replay))
     assert sizes == (40, 16)
+    # an update's samples in one round trip: each part a sample of its own, not a run of one storage's items
+    parts = list(replay.sample_many(256, 120))
+    assert [part.batch_size[0] for part in parts] == [256] * 120
+    ids = [part.get("observation").reshape(-1).long() for part in parts]
+    assert all(0.6 < float((part < 30).float().mean()) < 0.9 for part in ids)  # 3/4, give or take 5 deviations
+    assert chi_square(torch.bincount(torch.cat(ids), minlength=40).float(), torch.full((40,), 1 / 40)) < 80
 
 
 @pytest.mark.slow
@@ -136,6 +142,12 @@ def test_a_priority_update_reaches_the_storage_that_holds_the_item(ray_instance)
     first, second = (ray.get(shard.state_dict.remote())["sampler"]["priorities"] for shard in replay.shards)
     assert float(second[held[7] - 50]) == pytest.approx(9.0 + 1e-6)  # item 7: storage 1, its index 1
     assert bool((second[:6] != 1.0).sum() == 1) and bool((first[:6] == 1.0).all())
+    # an update's samples, taken one at a time: each drawn after the last one's priorities went back
+    draws = replay.sample_many(200, 2)
+    before = next(draws)
+    replay.update_priority(before.get("index"), torch.ones(200))
+    after = next(draws).get("observation").reshape(-1).long()
+    assert int((after == 7).sum()) < 40  # item 7 back at priority 1: about 17 of 200, where 9 gave about 50
 
 
 # -- the command line ---------------------------------------------------------------------------------------

@@ -247,6 +247,12 @@ class ReplayBuffer(Protocol):
     def sample_sequences(self, batch_size: int, length: int) -> TensorDictBase:
         """Sequences of one episode's consecutive steps, for recurrent networks."""
 
+    @optional
+    def sample_many(self, batch_size: int, count: int) -> Iterator[TensorDictBase]:
+        """``count`` samples of ``batch_size``, each what :meth:`sample` would give at the time it is taken: an
+        update's samples drawn at once, for a buffer where a call costs more than its draws (one held in other
+        processes)."""
+
 
 class Noise(Protocol):
     """Exploration noise: a TensorDict module adding noise to ``action`` while exploring."""

@@ -93,6 +93,7 @@ class OffPolicy(OffPolicyActing, GradientsInterface):
         self.replay = config.replay_buffer.build(device=device, seed=seed, run_dir=run_dir, total_frames=total_frames,
                                                  observation_spec=observation_spec, action_spec=action_spec)
         self.replay_step = capability(self.replay, protocols.ReplayBuffer.step)
+        self.replay_sample_many = capability(self.replay, protocols.ReplayBuffer.sample_many)
         if getattr(self.replay, "capacity", config.batch_size) < config.batch_size:  # it would never learn
             raise UserError(f"a replay buffer of capacity {self.replay.capacity} never holds a batch of batch_size = "
                             f"{config.batch_size}, so nothing would be learned; raise the capacity",
@@ -220,6 +221,7 @@ class OffPolicy(OffPolicyActing, GradientsInterface):
         the batch's effect on exploration (the batch it gets may hold only rewards and dones)."""
         self.replay = replay
         self.replay_step = capability(replay, protocols.ReplayBuffer.step)
+        self.replay_sample_many = capability(replay, protocols.ReplayBuffer.sample_many)
         self.stored_elsewhere = stored_elsewhere
 
     # -- 2. schedules ---------------------------------------------------------------------------------
@@ -317,13 +319,24 @@ class OffPolicy(OffPolicyActing, GradientsInterface):
         if self.sequences:
             yield from self.sequence_samples()
             return
-        for _ in range(self.config.gradient_steps):
-            yield self.sample(self.config.batch_size)
+        yield from self.draw(self.config.batch_size)
+
+    def draw(self, batch_size: int) -> Iterator[TensorDictBase]:
+        """``gradient_steps`` samples of ``batch_size``, in one call where the buffer can draw them so."""
+        if self.replay_sample_many is None:
+            for _ in range(self.config.gradient_steps):
+                yield self.sample(batch_size)
+            return
+        for sample in self.replay_sample_many(batch_size, self.config.gradient_steps):
+            yield self.preprocessed(sample)
 
     @torch.no_grad()
     def sample(self, batch_size: int) -> TensorDictBase:
         """``batch_size`` transitions from the buffer, observations preprocessed."""
-        sample = self.replay.sample(batch_size)
+        return self.preprocessed(self.replay.sample(batch_size))
+
+    @torch.no_grad()
+    def preprocessed(self, sample: TensorDictBase) -> TensorDictBase:
         if self.preprocessor is not None or sample.get("observation").dtype != torch.float32:
             for key in ("observation", ("next", "observation")):
                 sample.set(key, self.preprocess(sample.get(key)))

@@ -170,8 +170,7 @@ class Learner:
         share = worker_share(algorithm.config.batch_size, self.spec.learners)
         metrics = MetricMean()
         if algorithm.frames >= algorithm.config.learning_starts and len(algorithm.replay) >= share:
-            for _ in range(algorithm.config.gradient_steps):
-                sample = algorithm.sample(share)
+            for sample in algorithm.draw(share):
                 reported, norms = self.allreduced_step(sample)
                 metrics.add(**reported, **norms)
                 algorithm.new_priorities(sample, sample.get("td_error", None))

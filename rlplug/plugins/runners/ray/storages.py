@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -244,6 +245,19 @@ class ShardedReplay:
             powered = sample.pop("powered")
             sample.set("weight", (powered / least).pow(-self.schedule.beta).to(torch.float32))
         return sample.to(self.device) if sample.device != self.device else sample
+
+    def sample_many(self, batch_size: int, count: int) -> Iterator[TensorDictBase]:
+        """``count`` samples of ``batch_size``: uniform storages in one round trip (one sample of them all,
+        shuffled and cut; its items are independent draws, so each part is a sample of ``batch_size``).
+        Prioritized storages are asked for each sample after the last one's priorities went back, as one buffer
+        is sampled."""
+        if self.schedule is not None:
+            for _ in range(count):
+                yield self.sample(batch_size)
+            return
+        whole = self.sample(batch_size * count)
+        order = torch.randperm(whole.shape[0], generator=self.generator).to(whole.device)
+        yield from whole[order].split(batch_size)
 
     def update_priority(self, index: torch.Tensor, priority: torch.Tensor) -> None:
         """Each priority to the storage that holds its item (``index`` as :meth:`sample` gave it)."""
