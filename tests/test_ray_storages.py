@@ -28,6 +28,8 @@ ray_instance, two_nodes = test_ray.ray_instance, test_ray.two_nodes
 SAC = ROOT / "recipes" / "pendulum-sac.toml"
 #: pendulum-sac on two workers: each update's frames split over them (one env each)
 TWO_WORKERS = ["runner.use=ray", "runner.workers=2", "algorithm.steps_per_update=2", "algorithm.gradient_steps=2"]
+#: the command-line tests' short runs in fewer, larger updates (the same frames and gradient steps)
+FEWER_ROUNDS = ["algorithm.steps_per_update=16", "algorithm.gradient_steps=16"]
 
 
 def sets(*values: str) -> list[str]:
@@ -154,18 +156,23 @@ def test_a_priority_update_reaches_the_storage_that_holds_the_item(ray_instance)
 
 
 @pytest.mark.slow
-def test_pendulum_sac_trains_on_two_storages_logs_them_and_resumes(tmp_path):
-    """``python -m rlplug run recipes/pendulum-sac.toml --set runner.use=ray --set runner.workers=2
-    --set runner.storages=2``, shortened; then ``resume``: the storages hold the checkpoint's transitions again."""
+def test_pendulum_sac_on_two_storages_and_two_learners_logs_them_and_resumes(tmp_path):
+    """rllte's layout, shortened: ``python -m rlplug run recipes/pendulum-sac.toml --set runner.use=ray --set
+    runner.workers=2 --set runner.storages=2 --set runner.learners=2``: 2 workers write into 2 storages and 2
+    learners in one torch.distributed group sample from them, every frame stored once; then ``resume``: the
+    storages hold the checkpoint's transitions again; then back to the local runner, said in one line."""
     out = tmp_path / "run"
-    result = run_cli("run", str(SAC), *sets(*TWO_WORKERS, "runner.storages=2", "run.total_frames=512",
-                                            "run.checkpoint_every_frames=256", "eval.every_frames=0",
-                                            "eval.episodes=1", "run.log_every_frames=128"),
-                     "--out", str(out), timeout=400)
+    result = run_cli("run", str(SAC), *sets(*TWO_WORKERS, "runner.storages=2", "runner.learners=2",
+                                            *FEWER_ROUNDS, "run.total_frames=512", "run.checkpoint_every_frames=256",
+                                            "eval.every_frames=0", "eval.episodes=1", "run.log_every_frames=128"),
+                     "--out", str(out), timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     rows = metrics(out)
     assert all(float(r["storages"]) == 2.0 and float(r["storage_restarts"]) == 0.0 for r in rows)
-    assert float(rows[-1]["storage_sizes"]) == 512.0 and rows[-1]["loss_actor"]  # every frame stored, learning
+    assert all(float(r["learners"]) == 2.0 for r in rows)
+    last = rows[-1]
+    assert float(last["storage_sizes"]) == 512.0 and float(last["buffer_size"]) == 512.0  # stored once, not per learner
+    assert last["loss_actor"] and last["allreduce_ms"]  # the learners learned, together
     state = torch.load(out / "checkpoint.pt", weights_only=True)["algorithm"]["replay_buffer"]
     assert [shard["len"] for shard in state["shards"]] == [256, 256]  # worker i wrote to storage i
 
@@ -178,23 +185,6 @@ def test_pendulum_sac_trains_on_two_storages_logs_them_and_resumes(tmp_path):
                     timeout=400)
     assert local.returncode == 0, local.stderr[-2000:]
     assert "the checkpoint's replay buffer was kept in another layout (runner.storages differs)" in local.stderr
-
-
-@pytest.mark.slow
-def test_two_learners_sample_the_two_storages_the_workers_fill(tmp_path):
-    """rllte's layout (actors, storages, learners): 2 workers write into 2 storages, and 2 learners in one
-    torch.distributed group sample from them; every frame stored once, every update's gradient steps taken."""
-    out = tmp_path / "run"
-    result = run_cli("run", str(SAC), *sets(*TWO_WORKERS, "runner.storages=2", "runner.learners=2",
-                                            "run.total_frames=512", "run.checkpoint_every_frames=0",
-                                            "eval.every_frames=0", "eval.episodes=1", "run.log_every_frames=128"),
-                     "--out", str(out), timeout=600)
-    assert result.returncode == 0, result.stderr[-2000:]
-    rows = metrics(out)
-    assert all(float(r["storages"]) == 2.0 and float(r["learners"]) == 2.0 for r in rows)
-    last = rows[-1]
-    assert float(last["storage_sizes"]) == 512.0 and float(last["buffer_size"]) == 512.0  # stored once, not per learner
-    assert last["loss_actor"] and last["allreduce_ms"]
 
 
 @pytest.mark.slow
