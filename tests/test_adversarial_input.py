@@ -75,6 +75,11 @@ def test_very_many_envs_get_a_one_line_warning(tmp_path):
     warning, error = [line for line in result.stderr.splitlines() if line.strip()]
     assert warning.startswith("rlplug: warning: env.num_envs = 1030") and "rarely meant" in warning
     assert result.returncode == 2 and "multiple of" in error
+    # stepped as one array, many copies are what "vector" is for: no warning
+    result = run_cli("run", str(CANONICAL), "--out", str(tmp_path / "run"), "--set", "env.num_envs=1030",
+                     "--set", "algorithm.frames_per_batch=1000", "--set", "env.vectorization=vector")
+    [error] = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2 and "multiple of" in error
 
 
 def test_a_minibatch_larger_than_the_batch_is_the_whole_batch_with_a_warning(tmp_path):

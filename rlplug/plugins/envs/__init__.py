@@ -212,14 +212,16 @@ def make_gym(
     # validation registered the id's package in the process that read the recipe; a Ray worker builds the env
     # from the pickled component in a process of its own, where nothing has yet
     register_env_packages(id)
-    if num_envs > MANY_ENVS:  # maybe meant (a cheap env), maybe a digit too many: either way, not silence
+    if num_envs > MANY_ENVS and vectorization != "vector":  # maybe meant, maybe a digit too many: not silence
         import warnings
 
         from rlplug.errors import RlplugWarning
 
-        warnings.warn(RlplugWarning(f"env.num_envs = {num_envs}: the copies are made and stepped one after another "
-                                    f"in this process, so starting takes long and each step is slow; more than "
-                                    f"{MANY_ENVS} is rarely meant"), stacklevel=2)
+        how = "in worker processes" if vectorization == "async" else "one after another in this process"
+        warnings.warn(RlplugWarning(f"env.num_envs = {num_envs}: each copy is a gymnasium env of its own, stepped "
+                                    f"{how}, so starting takes long and each step is slow; more than {MANY_ENVS} "
+                                    f"is rarely meant (vectorization = 'vector' steps them as one array where "
+                                    f"the id has one)"), stacklevel=2)
     return make_gym_vector_env(
         id, num_envs=num_envs, max_episode_steps=max_episode_steps, make_kwargs=kwargs or {}, device=device,
         wrappers=[(gym_wrapper_class(w.name), dict(w.kwargs)) for w in wrappers],
