@@ -8,6 +8,7 @@ and a storage lost with its node on the two-node cluster of ``tests/ray_cluster.
 from __future__ import annotations
 
 import json
+import pickle
 
 import pytest
 import ray
@@ -97,6 +98,12 @@ def test_uniform_samples_are_one_buffers_over_the_storages(ray_instance):
     # picklable (actor handles): a learner elsewhere samples from the same storages
     sizes = ray.get(ray.remote(lambda again: (len(again), again.sample(16).batch_size[0])).remote(replay))
     assert sizes == (40, 16)
+    # the copies the learners sample through, reseeded by rank, draw their storages' shares apart
+    copies = [pickle.loads(pickle.dumps(replay)) for _ in range(3)]
+    for rank, copy in zip((0, 1, 0), copies):
+        copy.reseed(rank)
+    shares = [[int((copy.sample(32).get("observation") < 30).sum()) for _ in range(10)] for copy in copies]
+    assert shares[0] != shares[1] and shares[0] == shares[2]
     # an update's samples in one round trip: each part a sample of its own, not a run of one storage's items
     parts = list(replay.sample_many(256, 120))
     assert [part.batch_size[0] for part in parts] == [256] * 120

@@ -106,6 +106,7 @@ class Learner:
         if isinstance(algorithm, OffPolicy):
             algorithm.noise = None  # a learner never acts: exploration is the training process's
             if replay is not None:  # the workers write into it; the learners only sample
+                replay.reseed(run.seed + rank)  # each learner's shares drawn apart, as one buffer's draws are
                 algorithm.install_replay(replay, stored_elsewhere=True)
         self.algorithm, self.spec, self.rank = algorithm, spec, rank
         self.allreduce_seconds, self.steps = 0.0, 0

@@ -147,6 +147,10 @@ class ShardedReplay:
         #: the storages' state while they are stopped (:meth:`detach`), put back into the next ones (:meth:`attach`)
         self.kept: dict[str, Any] | None = None
 
+    def reseed(self, seed: int) -> None:
+        """Another seed for the draws made here (a copy of this replay sampling in another process)."""
+        self.generator.manual_seed(int(seed))
+
     @property
     def capacity(self) -> int:
         return self.shard_capacity * len(self.shards)
