@@ -386,6 +386,8 @@ def test_workers_explore_on_the_learners_schedule(name):
     algorithm, _ = built_algorithm(ROOT / "recipes" / f"{name}.toml", 0, ["run.total_frames=10000"])
     worker_policy = standalone_copy(algorithm.policy)  # built when the run starts
     algorithm.follow_frames(8000)  # past the random frames, epsilon's decay and most of a noise schedule
+    if algorithm.noise is not None:  # and a sigma changed during the run (rlplug set)
+        algorithm.update_algorithm_parameter("exploration_noise.sigma", 0.3)
     # what a worker does with the weights the learner pushes
     TensorDict.from_module(worker_policy).data.update_(TensorDict.from_module(algorithm.policy).data)
     modules = dict(worker_policy.named_modules())
@@ -395,7 +397,7 @@ def test_workers_explore_on_the_learners_schedule(name):
     assert explored
     for path, module in explored:
         mine = learner_modules[path]
-        for attribute in ("epsilon", "active", "frames"):
+        for attribute in ("epsilon", "active", "frames", "sigma", "final_sigma"):
             if hasattr(mine, attribute) and not callable(getattr(mine, attribute)):
                 assert getattr(module, attribute) == getattr(mine, attribute), (path, attribute)
     random_phase = [m for m in modules.values() if hasattr(m, "random_phase")]

@@ -78,6 +78,10 @@ class ScheduledNoise(TensorDictModuleBase):
     out_keys = ["action"]
     #: the schedule's position (frames collected)
     frames = BufferedValue("scheduled_frames", torch.int64)
+    #: the sigma the schedule starts from, and the one it ends at (NaN: none); buffers, so that a value changed
+    #: during a run (``rlplug set``) reaches the Ray workers' copies with the weights
+    initial_sigma = BufferedValue("scheduled_sigma", torch.float64)
+    final_value = BufferedValue("scheduled_final_sigma", torch.float64)
 
     def __init__(self, action_spec, *, sigma: float, final_sigma: float | None = None, schedule: str = "constant",
                  total_frames: int | None = None, device: str | torch.device = "cpu"):
@@ -96,6 +100,15 @@ class ScheduledNoise(TensorDictModuleBase):
         self.schedule = schedule
         self.total_frames = total_frames
         self.frames = 0
+
+    @property
+    def final_sigma(self) -> float | None:
+        final = self.final_value
+        return None if math.isnan(final) else final
+
+    @final_sigma.setter
+    def final_sigma(self, value: float | None) -> None:
+        self.final_value = math.nan if value is None else float(value)
 
     @property
     def progress(self) -> float:
