@@ -37,6 +37,7 @@ pytestmark = pytest.mark.slow
 PPO = ["env.num_envs=4", "algorithm.frames_per_batch=64", "algorithm.minibatch_size=64", "algorithm.epochs=3",
        "algorithm.normalize_advantages=false"]
 SAC = ROOT / "recipes" / "pendulum-sac.toml"
+DQN = ROOT / "recipes" / "cartpole-dqn.toml"
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +108,38 @@ def test_two_sac_learners_on_the_halves_of_a_sample_take_the_step_of_one_on_the_
     expected = reference.get_weights()
     for copy in weights:  # the replicas stay identical, and equal to the whole sample's step
         assert set(copy.keys()) == set(expected.keys())
+        for key in expected.keys():
+            torch.testing.assert_close(copy.get(key), expected.get(key), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.usefixtures("ray_instance")
+def test_two_dqn_learners_on_the_halves_of_a_sample_take_the_step_of_one_on_the_whole():
+    """DQN's step (double Q-learning, the gradient clipped after the mean): one learner's on 64 transitions of
+    a real CartPole rollout, taken by two learners on 32 each."""
+    from rlplug.plugins.algorithms.offpolicy.base import replay_transitions
+
+    overrides = ["algorithm.learning_starts=0", "algorithm.random_frames=0", "algorithm.batch_size=32"]
+    driver, [batch] = built_algorithm(DQN, 0, overrides)
+    reference, _ = built_algorithm(DQN, 0, overrides)
+    sample = replay_transitions(batch, reference.config, reference.observation_key).reshape(-1)[:64]
+    halves = sample.chunk(2)
+    gradients = [reference.compute_gradients(half.clone())[0] for half in halves]
+    reference.apply_gradients(gradients[0].apply(lambda a, b: (a + b) / 2, gradients[1]))
+
+    group = group_for(DQN, overrides, driver)
+    try:
+        group.start(driver)
+
+        def step(learner, half):
+            learner.allreduced_step(half)
+            return learner.algorithm.get_weights()
+
+        weights = ray.get([actor.__ray_call__.remote(step, half.clone()) for actor, half in zip(group.actors, halves)],
+                          timeout=120)
+    finally:
+        group.stop()
+    expected = reference.get_weights()
+    for copy in weights:
         for key in expected.keys():
             torch.testing.assert_close(copy.get(key), expected.get(key), rtol=1e-4, atol=1e-6)
 
