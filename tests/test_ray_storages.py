@@ -183,10 +183,14 @@ def test_pendulum_sac_on_two_storages_and_two_learners_logs_them_and_resumes(tmp
     state = torch.load(out / "checkpoint.pt", weights_only=True)["algorithm"]["replay_buffer"]
     assert [shard["len"] for shard in state["shards"]] == [256, 256]  # worker i wrote to storage i
 
-    resumed = run_cli("resume", str(out), "--set", "run.total_frames=768", timeout=400)
+    # resumed with the training process as the one learner: it samples the storages itself
+    resumed = run_cli("resume", str(out), "--set", "run.total_frames=768", "--set", "runner.learners=1",
+                      timeout=400)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert json.loads((out / "summary.json").read_text())["frames"] == 768
-    assert float(metrics(out)[-1]["storage_sizes"]) == 768.0  # the 512 of the checkpoint, and 256 more
+    last = metrics(out)[-1]
+    assert float(last["storage_sizes"]) == 768.0 and last["loss_actor"]  # the 512 of the checkpoint, 256 more
+    assert float(last.get("learners") or 1.0) == 1.0
     # back to one buffer in this process: the storages' contents are not converted, said in one line
     local = run_cli("resume", str(out), "--set", "run.total_frames=1024", "--set", 'runner={use="local"}',
                     timeout=400)
