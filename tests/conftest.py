@@ -11,6 +11,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import cli_zygote
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,9 +32,16 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 300) -> subpro
     """``python -m rlplug ARGS`` as a user would run it, from the repository root; the finished process.
 
     rlplug's own switches (``RLPLUG_STRICT_PLUGINS``, ``RLPLUG_DEBUG``) are not inherited, only given.
+    The process is a fork of this pytest process's :mod:`cli_zygote` (the libraries already imported), or a
+    plain ``python -m rlplug`` where that server is off (``RLPLUG_TEST_PLAIN_SUBPROCESS=1``) or the run asks
+    for an environment the libraries read when imported.
     """
-    return subprocess.run([sys.executable, "-m", "rlplug", *args], cwd=ROOT, env=cli_environment(env),
-                          capture_output=True, text=True, timeout=timeout)
+    environment = cli_environment(env)
+    zygote = None if "RLPLUG_TEST_PLAIN_SUBPROCESS" in environment else cli_zygote.ZYGOTE.address(environment)
+    if zygote is None:
+        return subprocess.run([sys.executable, "-m", "rlplug", *args], cwd=ROOT, env=environment,
+                              capture_output=True, text=True, timeout=timeout)
+    return cli_zygote.run(zygote, list(args), ROOT, environment, timeout)
 
 
 def wait_for(path: Path, process: subprocess.Popen, timeout: float = 120) -> None:

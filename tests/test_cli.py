@@ -263,3 +263,24 @@ def test_a_recipe_with_a_plugin_component_lets_torchrl_see_everything():
         with pytest.raises(ImportError):
             importlib.import_module("a_package_nobody_installed")
     assert "a_package_nobody_installed" not in sys.modules
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args, env", [
+    (["list"], {}),
+    (["run", "missing.toml"], {}),
+    (["run", str(CANONICAL), "--set", "algorithm.gamma=2"], {}),
+    (["run", str(CANONICAL), "--set", "algorithm.gamma=2"], {"RLPLUG_DEBUG": "1"}),
+], ids=["list", "missing-recipe", "bad-value", "bad-value-traceback"])
+def test_the_suites_forked_runs_answer_as_plain_ones(args, env, tmp_path):
+    """The suite's command-line runs are forks of a server that imported the libraries first
+    (``tests/cli_zygote.py``): each must answer as ``python -m rlplug`` itself does, exit status, stdout and
+    stderr (a traceback's last line: its frames differ)."""
+    forked = run_cli(*args, env=env)
+    plain = run_cli(*args, env={**env, "RLPLUG_TEST_PLAIN_SUBPROCESS": "1"})
+    assert forked.returncode == plain.returncode
+    assert forked.stdout == plain.stdout
+    if "Traceback" in plain.stderr:
+        assert "Traceback" in forked.stderr and forked.stderr.splitlines()[-1] == plain.stderr.splitlines()[-1]
+    else:
+        assert forked.stderr == plain.stderr

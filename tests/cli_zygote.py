@@ -1,0 +1,203 @@
+"""A fork server for the suite's command-line runs: the libraries imported once, each run a fork of it.
+
+Every ``python -m rlplug`` spends seconds importing torch, tensordict and TorchRL before it reads its
+arguments, and the suite starts a few hundred of them. This server (one per pytest process, started by
+``conftest.run_cli``) imports those libraries once, as ``rlplug.cli.main`` would (``RL_LOGGING_LEVEL``
+defaulted first), and answers each request with a fork that becomes ``python -m rlplug ARGS``: its own
+process, working directory, environment, ``sys.path``, stdout and stderr files, and exit status (a signal's
+as ``-N``, as ``subprocess`` reports it). rlplug itself, its plugins and Ray are imported fresh in each fork.
+
+Protocol, one connection per run: the client sends one JSON line ``{"args", "cwd", "env", "stdout",
+"stderr"}``; the server answers the fork's pid, then its exit status, one line each.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import importlib
+import io
+import json
+import os
+import runpy
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+#: What the server imports before forking: the libraries every training run imports.
+PRELOADED = ("torch", "tensordict", "torchrl.envs", "torchrl.objectives", "torchrl.collectors", "torchrl.data",
+             "torchrl.modules", "gymnasium", "numpy")
+
+#: Environment variables read when those libraries are imported: a run asking for other values than the
+#: server's own is started as a plain subprocess instead (``conftest.run_cli``).
+IMPORT_TIME_PREFIXES = ("TORCH", "OMP_", "MKL_", "CUDA", "PYTORCH", "RL_LOGGING", "TENSORDICT", "PYTHON",
+                        "RAY_")  # TorchRL's collectors import Ray, whose settings (RAY_AUTH_MODE) are then fixed
+NOT_IMPORT_TIME = ("PYTHONPATH", "PYTHONUNBUFFERED")
+
+
+def import_time_environment(env: dict[str, str]) -> dict[str, str]:
+    return {key: value for key, value in env.items()
+            if key.startswith(IMPORT_TIME_PREFIXES) and key not in NOT_IMPORT_TIME}
+
+
+def serve(address: str) -> None:
+    os.environ.setdefault("RL_LOGGING_LEVEL", "WARNING")
+    for name in PRELOADED:
+        importlib.import_module(name)
+    base_path = [entry for entry in sys.path[1:] if entry not in os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    gc.freeze()  # the forks' collections leave the libraries' objects (and their pages) alone
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(address + ".tmp")
+    listener.listen(16)
+    os.rename(address + ".tmp", address)  # the client waits for this name: it appears only when ready
+    owner = os.getppid()
+    waiting: dict[int, socket.socket] = {}
+    while os.getppid() == owner:
+        ready, _, _ = select.select([listener], [], [], 0.02)
+        if ready:
+            connection, _ = listener.accept()
+            request = json.loads(connection.makefile("r").readline())
+            sys.stdout.flush()
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                listener.close()
+                connection.close()
+                become_the_command(request, base_path)  # never returns
+            connection.sendall(f"{pid}\n".encode())
+            waiting[pid] = connection
+        while waiting:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            connection = waiting.pop(pid)
+            connection.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
+            connection.close()
+
+
+def become_the_command(request: dict, base_path: list[str]) -> None:
+    """This fork turns into ``python -m rlplug ARGS`` run in ``cwd`` with ``env``: ``-m`` puts the working
+    directory first on ``sys.path``, then ``PYTHONPATH``; stdio are unbuffered files, as ``PYTHONUNBUFFERED``
+    makes them."""
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    extra = [entry for entry in request["env"].get("PYTHONPATH", "").split(os.pathsep) if entry]
+    sys.path[:] = [os.getcwd(), *extra, *base_path]
+    stdin = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(stdin, 0)
+    for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+        os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), fd)
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8",
+                                                   write_through=True)
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
+                                                   errors="backslashreplace", write_through=True)
+    sys.argv = ["-m", *request["args"]]
+    try:
+        runpy.run_module("rlplug", run_name="__main__", alter_sys=True)
+        status = 0
+    except SystemExit as stop:
+        status = exit_status(stop.code)
+    except KeyboardInterrupt:
+        raise  # Python's own ending: the process dies of SIGINT
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        status = 1
+    end_as_python_does(status)
+
+
+def exit_status(code: object) -> int:
+    if code is None or isinstance(code, int):
+        return code or 0
+    print(code, file=sys.stderr)
+    return 1
+
+
+def end_as_python_does(status: int) -> None:
+    """Python's ending as a process sees it (other threads joined, ``atexit`` run, streams flushed), without
+    its teardown of every module: with torch loaded that costs the fork whole seconds of copied pages."""
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(status)
+
+
+class Server:
+    """This pytest process's server, started at the first run and stopped when the process ends."""
+
+    def __init__(self) -> None:
+        self.folder: Path | None = None
+        self.process: subprocess.Popen | None = None
+        self.imported_with: dict[str, str] = {}
+
+    def address(self, env: dict[str, str]) -> str | None:
+        """The server's socket for a run in ``env`` (a new server where ``env`` changes what the libraries read
+        when imported), or None where the server is off or would not start (the run is a plain subprocess)."""
+        if os.environ.get("RLPLUG_TEST_PLAIN_SUBPROCESS"):
+            return None
+        if self.process is not None and import_time_environment(env) != self.imported_with:
+            self.process.kill()  # a new one under the new settings (a Ray test's ray.init sets RAY_AUTH_MODE)
+            self.process.wait()
+            self.process = None
+        if self.process is None:
+            self.imported_with = import_time_environment(env)
+            self.folder = Path(tempfile.mkdtemp(prefix="rlplug-zygote-"))
+            log = open(self.folder / "server.log", "w")
+            self.process = subprocess.Popen([sys.executable, __file__, str(self.folder / "socket")],
+                                            env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+            atexit.register(self.process.kill)
+        assert self.folder is not None
+        address = self.folder / "socket"
+        deadline = time.monotonic() + 120
+        while not address.exists():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                return None
+            time.sleep(0.05)
+        return str(address)
+
+
+ZYGOTE = Server()
+
+
+def run(address: str, args: list[str], cwd: Path, env: dict[str, str], timeout: float
+        ) -> subprocess.CompletedProcess:
+    """What ``subprocess.run([python, "-m", "rlplug", *args], capture_output=True, text=True)`` returns,
+    the process forked by the server at ``address``; past ``timeout`` it is killed and ``TimeoutExpired``
+    raised, as ``subprocess.run`` does."""
+    with tempfile.TemporaryDirectory(prefix="rlplug-run-") as folder:
+        stdout, stderr = Path(folder) / "stdout", Path(folder) / "stderr"
+        request = {"args": args, "cwd": str(cwd), "env": env, "stdout": str(stdout), "stderr": str(stderr)}
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+            connection.connect(address)
+            connection.sendall((json.dumps(request) + "\n").encode())
+            answers = connection.makefile("r")
+            pid = int(answers.readline())
+            connection.settimeout(timeout)
+            try:
+                status = answers.readline()
+            except TimeoutError:
+                os.kill(pid, signal.SIGKILL)
+                connection.settimeout(None)
+                answers.readline()
+                raise subprocess.TimeoutExpired(["rlplug", *args], timeout, read(stdout), read(stderr)) from None
+        command = [sys.executable, "-m", "rlplug", *args]
+        return subprocess.CompletedProcess(command, int(status), read(stdout), read(stderr))
+
+
+def read(path: Path) -> str:
+    """A captured stream as ``text=True`` gives it: the locale's encoding, universal newlines."""
+    return path.read_text() if path.exists() else ""
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])
