@@ -5,7 +5,8 @@ arguments, and the suite starts a few hundred of them. This server (one per pyte
 ``conftest.run_cli``) imports those libraries once, as ``rlplug.cli.main`` would (``RL_LOGGING_LEVEL``
 defaulted first), and answers each request with a fork that becomes ``python -m rlplug ARGS``: its own
 process, working directory, environment, ``sys.path``, stdout and stderr files, and exit status (a signal's
-as ``-N``, as ``subprocess`` reports it). rlplug itself, its plugins and Ray are imported fresh in each fork.
+as ``-N``, as ``subprocess`` reports it). rlplug itself and its plugins are imported fresh in each fork
+(Ray in part: TorchRL's collectors import some of it, so Ray's settings are part of the server's).
 
 Protocol, one connection per run: the client sends one JSON line ``{"args", "cwd", "env", "stdout",
 "stderr"}``; the server answers the fork's pid, then its exit status, one line each.
@@ -152,7 +153,7 @@ class Server:
         if self.process is None:
             self.imported_with = import_time_environment(env)
             self.folder = Path(tempfile.mkdtemp(prefix="rlplug-zygote-"))
-            log = open(self.folder / "server.log", "w")
+            log = open(self.folder / "socket.log", "w")
             self.process = subprocess.Popen([sys.executable, __file__, str(self.folder / "socket")],
                                             env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
             atexit.register(self.process.kill)
@@ -190,6 +191,8 @@ def run(address: str, args: list[str], cwd: Path, env: dict[str, str], timeout: 
                 connection.settimeout(None)
                 answers.readline()
                 raise subprocess.TimeoutExpired(["rlplug", *args], timeout, read(stdout), read(stderr)) from None
+        if not status:
+            raise RuntimeError(f"the command-line server ended before its run did (its log: {address}.log)")
         command = [sys.executable, "-m", "rlplug", *args]
         return subprocess.CompletedProcess(command, int(status), read(stdout), read(stderr))
 

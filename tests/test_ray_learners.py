@@ -53,7 +53,7 @@ def cluster():
 def group_for(recipe_path, overrides: list[str], algorithm, learners: int = 2) -> LearnerGroup:
     recipe = load(recipe_path, ["run.seed=0", *overrides])
     specs = SimpleNamespace(observation_spec=algorithm.observation_spec, action_spec=algorithm.action_spec)
-    return LearnerGroup(RayRunner(learners=learners), recipe, specs, algorithm, dim=0)
+    return LearnerGroup(RayRunner(learners=learners), recipe, specs, algorithm)
 
 
 @pytest.mark.usefixtures("ray_instance")
@@ -160,6 +160,26 @@ def test_two_learners_train_ppo_through_the_command_line_and_resume(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["frames"] == 1536
     assert float(metrics(out)[-1]["learners"]) == 2.0
+
+
+def test_two_sac_learners_keep_the_whole_replay_in_each_checkpoint_and_resume_from_it(tmp_path):
+    """Off-policy learners without storages each store the whole batch: the checkpoint (learner 0's state)
+    holds every transition collected, and the learners of a resumed run start from all of them."""
+    out = tmp_path / "run"
+    sets = ["runner.use=ray", "runner.workers=2", "runner.learners=2", "algorithm.steps_per_update=64",
+            "algorithm.gradient_steps=2", "algorithm.random_frames=128", "algorithm.learning_starts=128",
+            "run.total_frames=512", "run.checkpoint_every_frames=256", "eval.every_frames=0", "eval.episodes=1"]
+
+    def stored() -> int:
+        return torch.load(out / "checkpoint.pt", weights_only=True)["algorithm"]["replay_buffer"]["len"]
+
+    result = run_cli("run", str(SAC), *(p for s in sets for p in ("--set", s)), "--out", str(out), timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert stored() == 512
+    assert all(float(r["learners"]) == 2.0 and float(r["buffer_size"]) == float(r["frames"]) for r in metrics(out))
+    resumed = run_cli("resume", str(out), "--set", "run.total_frames=768", timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert stored() == 768
 
 
 @pytest.mark.parametrize("recipe, sets, fragments", [

@@ -25,7 +25,7 @@ from rlplug.plugins.runners.ray.cluster import (
     ray_module,
 )
 from rlplug.plugins.runners.ray.gradients import GradientWorkerSpec, gradient_mode_problem, gradient_update
-from rlplug.plugins.runners.ray.learners import LearnerGroup, learners_problem, shard_dim
+from rlplug.plugins.runners.ray.learners import LearnerGroup, learners_problem
 from rlplug.plugins.runners.ray.storages import ShardedReplay, sharded_replay, start_storages, storages_problem, writers
 from rlplug.plugins.runners.ray.worker import (
     WORKER_KEY,
@@ -100,12 +100,10 @@ class RayCollection:
         self.learner_group: LearnerGroup | None = None
         if runner.learners > 1:
             rows = self.envs_per_worker * workers
-            problem = learners_problem(algorithm, runner.learners, rows, self.steps)
+            problem = learners_problem(algorithm, runner.learners, rows)
             if problem:
                 raise UserError(problem, path="runner.learners")
-            self.learner_group = LearnerGroup(runner, recipe, env, algorithm,
-                                              shard_dim(algorithm, runner.learners, rows, self.steps),
-                                              replay=self.replay)
+            self.learner_group = LearnerGroup(runner, recipe, env, algorithm, replay=self.replay)
         self.version = 0
         self.restarts = 0
         self.failures = 0

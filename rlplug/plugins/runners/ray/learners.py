@@ -2,11 +2,13 @@
 
 Each learner is a Ray actor holding a copy of the algorithm built from the recipe, started from the training
 process's state; the N copies join one ``torch.distributed`` process group (gloo on the CPU, NCCL on CUDA) at an
-address learner 0 hands out. Each update the training process splits the batch into N shards (by env rows; an
-off-policy batch that has too few rows by steps) and every learner runs its algorithm's own update on its
-shard, each gradient step being :func:`allreduced_step`: ``compute_gradients`` on its share,
-``torch.distributed.all_reduce`` of the gradients (their mean), ``apply_gradients``. The copies stay identical;
-learner 0 hands back its weights for the workers and evaluation, and its whole state before a checkpoint.
+address learner 0 hands out. Each update the training process splits an on-policy batch into N shards by env
+rows; off-policy learners each get the whole batch, store it in their own replay (so learner 0's, which a
+checkpoint keeps, is the run's whole replay) and sample their share of each step's sample from it. Every
+learner runs its algorithm's own update, each gradient step being :func:`allreduced_step`:
+``compute_gradients`` on its share, ``torch.distributed.all_reduce`` of the gradients (their mean),
+``apply_gradients``. The copies stay identical; learner 0 hands back its weights for the workers and
+evaluation, and its whole state before a checkpoint.
 
 A learner that dies (its process, or its node) cannot be replaced: its copy of the optimiser and replay are
 gone. The run stops (:class:`~rlplug.errors.LearnerLost`), keeping its last checkpoint. Every wait on a
@@ -39,26 +41,15 @@ UPDATE_TIMEOUT = 600.0
 FAILURE_GRACE = 5.0
 
 
-def learners_problem(algorithm, learners: int, rows: int, steps: int) -> str | None:
-    """Why ``learners`` learners cannot train ``algorithm`` on batches of ``rows`` env rows of ``steps`` steps;
-    None where they can."""
+def learners_problem(algorithm, learners: int, rows: int) -> str | None:
+    """Why ``learners`` learners cannot train ``algorithm`` on batches of ``rows`` env rows; None where they
+    can."""
     what = f"runner.learners = {learners}"
     problem = gradient_mode_problem(algorithm, what, "runner.learners = 1")
-    if problem or shard_dim(algorithm, learners, rows, steps) is not None:
+    if problem or isinstance(algorithm, OffPolicy) or rows % learners == 0:
         return problem
-    along = f"{rows} env rows" if not isinstance(algorithm, OffPolicy) else f"{rows} env rows or {steps} steps"
-    return (f"{what}: a batch of {along} cannot be split evenly into {learners} shards; use a number of learners "
-            f"that divides it, or more envs")
-
-
-def shard_dim(algorithm, learners: int, rows: int, steps: int) -> int | None:
-    """The batch dimension a batch is split along: 0 (env rows, which keeps each env's steps together for the
-    on-policy estimators), else for off-policy algorithms 1 (steps); None where neither splits evenly."""
-    if rows % learners == 0:
-        return 0
-    if isinstance(algorithm, OffPolicy) and steps % learners == 0:
-        return 1
-    return None
+    return (f"{what}: a batch of {rows} env rows cannot be split evenly into {learners} shards; use a number of "
+            f"learners that divides it, or more envs")
 
 
 def mean_over_learners(gradients: TensorDictBase) -> None:
@@ -139,8 +130,9 @@ class Learner:
         return reported, self.algorithm.apply_gradients(gradients)
 
     def update(self, shard: TensorDictBase, frames: int) -> dict[str, Any]:
-        """The algorithm's update on ``shard`` (``frames`` collected in all), every gradient step the group's;
-        its metrics, ``allreduce_ms`` per step, and (learner 0) the new weights."""
+        """The algorithm's update on ``shard`` (its shard of an on-policy batch, or the whole off-policy batch;
+        ``frames`` collected in all), every gradient step the group's; its metrics, ``allreduce_ms`` per step,
+        and (learner 0) the new weights."""
         self.allreduce_seconds, self.steps = 0.0, 0
         shard = shard.to(self.algorithm.device)
         metrics = self.offpolicy(shard, frames) if isinstance(self.algorithm, OffPolicy) \
@@ -161,11 +153,11 @@ class Learner:
 
         return algorithm.learn(prepared.steps, step, lr, prepared.explained_variance)
 
-    def offpolicy(self, shard: TensorDictBase, frames: int) -> dict[str, float]:
-        """The off-policy update: the shard stored, the schedules at ``frames``, then ``gradient_steps`` steps on
-        samples of this learner's share of ``batch_size``."""
+    def offpolicy(self, batch: TensorDictBase, frames: int) -> dict[str, float]:
+        """The off-policy update: the whole batch stored, the schedules at ``frames``, then ``gradient_steps``
+        steps on samples of this learner's share of ``batch_size``."""
         algorithm = self.algorithm
-        algorithm.store(shard)
+        algorithm.store(batch)
         result = algorithm.follow_frames(frames)
         result["buffer_size"] = float(len(algorithm.replay))
         share = worker_share(algorithm.config.batch_size, self.spec.learners)
@@ -186,10 +178,8 @@ class LearnerGroup:
     """The training process's side: the learners started (from the algorithm's state) at the first update,
     batches split among them, weights and state brought back, and a lost learner turned into one line."""
 
-    def __init__(self, runner, recipe, env, algorithm, dim: int | None, replay=None):
-        if dim is None:
-            raise ValueError("no batch dimension splits evenly among the learners (learners_problem says why)")
-        self.runner, self.dim, self.replay = runner, dim, replay
+    def __init__(self, runner, recipe, env, algorithm, replay=None):
+        self.runner, self.replay = runner, replay
         self.spec = LearnerSpec(recipe, env.observation_spec, env.action_spec, runner.learners)
         self.offpolicy = isinstance(algorithm, OffPolicy)
         self.actors: list[Any] = []
@@ -212,7 +202,10 @@ class LearnerGroup:
             self.start(algorithm)
         ray = ray_module()
         frames = batch.numel()
-        shards = [ray.put(shard.cpu()) for shard in batch.chunk(self.spec.learners, dim=self.dim)]
+        if self.offpolicy:  # the whole batch, one object in Ray's store for all: each learner's replay is whole
+            shards = [ray.put(batch.cpu())] * self.spec.learners
+        else:  # by env rows, which keeps each env's steps together for the estimators
+            shards = [ray.put(shard.cpu()) for shard in batch.chunk(self.spec.learners, dim=0)]
         answers = self.answers([actor.update.remote(shard, frames) for actor, shard in zip(self.actors, shards)],
                                UPDATE_TIMEOUT, "during an update")
         if self.offpolicy:
@@ -221,8 +214,6 @@ class LearnerGroup:
             algorithm.start_update(frames)
         algorithm.set_weights(answers[0]["weights"])
         metrics = dict(answers[0]["metrics"])
-        if self.offpolicy and self.replay is None:  # the learners' own buffers together (shared storages: one)
-            metrics["buffer_size"] = float(sum(answer["metrics"]["buffer_size"] for answer in answers))
         times = [answer["metrics"]["allreduce_ms"] for answer in answers if "allreduce_ms" in answer["metrics"]]
         if times:
             metrics["allreduce_ms"] = sum(times) / len(times)
