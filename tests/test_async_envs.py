@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from conftest import CANONICAL, ROOT, one_line_error, run_cli, wait_for
+from gymnasium.envs.classic_control import CartPoleEnv
 from rlplug.plugins.envs import make_gym
 
 ASYNC = ["--set", "env.vectorization='async'"]
@@ -221,3 +222,24 @@ def test_ctrl_c_stops_a_dm_control_async_run_cleanly_and_its_workers_with_it(tmp
     assert "Traceback" not in stderr  # the workers ignored it; the run closed them
     assert "continue with: python -m rlplug resume" in stderr
     assert no_process_left(mark)
+
+
+class RaisesOnStep(CartPoleEnv):
+    def step(self, action):
+        raise RuntimeError("the simulator lost its state")
+
+
+def test_a_copy_that_raised_is_named_so_even_once_its_worker_has_exited():
+    """gymnasium's worker ends (status 0) right after handing back its copy's exception; however late the run
+    looks, the copy's exception is the cause it names, not the ended worker (CI once read it the other way)."""
+    from rlplug.plugins.envs.workers import EnvWorkerError, WorkerVectorEnv
+
+    env = WorkerVectorEnv([RaisesOnStep, RaisesOnStep], env_id="RaisesOnStep")
+    env.reset(seed=0)
+    env.step_async(np.zeros(2, dtype=np.int64))
+    deadline = time.monotonic() + 30
+    while any(process.exitcode is None for process in env.processes):  # both workers gone before it looks
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    with pytest.raises(EnvWorkerError, match="copy 0, 1 raised in its worker process: RuntimeError: the simulator"):
+        env.step_wait()

@@ -124,7 +124,8 @@ class WorkerVectorEnv(gym.vector.AsyncVectorEnv):
             which = f"copy {', '.join(failed)}" if failed else "a copy"
             ended = self.ended_workers()
             self.terminate()
-            if ended:  # a timeout or a closed pipe after a worker exited: the exit is the cause
+            if ended and not failed:  # a timeout or a closed pipe after a worker exited: the exit is the cause
+                # (a copy that raised ends its worker too, status 0, and may do so before this looks)
                 raise EnvWorkerError(f"{self.env_id}: {ended} ended while the run was using it", path="env") \
                     from None
             raise EnvWorkerError(f"{self.env_id}: {which} raised in its worker process: {type(error).__name__}: "
