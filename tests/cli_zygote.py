@@ -181,20 +181,29 @@ def run(address: str, args: list[str], cwd: Path, env: dict[str, str], timeout: 
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
             connection.connect(address)
             connection.sendall((json.dumps(request) + "\n").encode())
-            answers = connection.makefile("r")
-            pid = int(answers.readline())
-            connection.settimeout(timeout)
+            pid = int(answer(connection, None))
             try:
-                status = answers.readline()
+                status = answer(connection, timeout)
             except TimeoutError:
                 os.kill(pid, signal.SIGKILL)
-                connection.settimeout(None)
-                answers.readline()
+                answer(connection, None)
                 raise subprocess.TimeoutExpired(["rlplug", *args], timeout, read(stdout), read(stderr)) from None
         if not status:
             raise RuntimeError(f"the command-line server ended before its run did (its log: {address}.log)")
         command = [sys.executable, "-m", "rlplug", *args]
         return subprocess.CompletedProcess(command, int(status), read(stdout), read(stderr))
+
+
+def answer(connection: socket.socket, timeout: float | None) -> str:
+    """The server's next line ("" where it closed the connection); ``TimeoutError`` past ``timeout`` seconds."""
+    connection.settimeout(timeout)
+    line = b""
+    while not line.endswith(b"\n"):
+        chunk = connection.recv(1)
+        if not chunk:
+            break
+        line += chunk
+    return line.decode().strip()
 
 
 def read(path: Path) -> str:
