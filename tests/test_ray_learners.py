@@ -76,23 +76,19 @@ def test_two_ppo_learners_on_the_halves_of_a_batch_take_the_update_of_one_on_the
         group.stop()
 
 
-@pytest.mark.usefixtures("ray_instance")
-def test_two_sac_learners_on_the_halves_of_a_sample_take_the_step_of_one_on_the_whole():
-    """SAC's loss samples actions: each half is given the noise of its own seed in both (the whole sample's
-    loss is the mean of its halves' with that noise); one gradient step of every learner (actor, critics,
-    entropy coefficient) and the targets moved."""
-    overrides = ["algorithm.learning_starts=0", "algorithm.batch_size=32"]
-    driver, _ = built_algorithm(SAC, 0, overrides)
-    reference, _ = built_algorithm(SAC, 0, overrides)
-    sample = pendulum_transitions(64, seed=1)
-    halves = sample.chunk(2)
+def assert_two_learners_step_as_one(recipe_path, overrides: list[str], halves) -> None:
+    """Two learners' gradient step, each on its half of a sample, equals one learner's step on the mean of the
+    halves' gradients (what the whole sample's loss gives); learner ``i`` and the reference's half ``i`` draw
+    their random numbers from seed ``i``, so a loss that samples actions sees the same noise in both."""
+    driver, _ = built_algorithm(recipe_path, 0, overrides)
+    reference, _ = built_algorithm(recipe_path, 0, overrides)  # the same seed: the same initial weights
     gradients = []
     for seed, half in enumerate(halves):
         torch.manual_seed(seed)
         gradients.append(reference.compute_gradients(half.clone())[0])
     reference.apply_gradients(gradients[0].apply(lambda a, b: (a + b) / 2, gradients[1]))
 
-    group = group_for(SAC, overrides, driver)
+    group = group_for(recipe_path, overrides, driver)
     try:
         group.start(driver)
 
@@ -113,35 +109,24 @@ def test_two_sac_learners_on_the_halves_of_a_sample_take_the_step_of_one_on_the_
 
 
 @pytest.mark.usefixtures("ray_instance")
+def test_two_sac_learners_on_the_halves_of_a_sample_take_the_step_of_one_on_the_whole():
+    """SAC's loss samples actions: each half is given the noise of its own seed in both (the whole sample's
+    loss is the mean of its halves' with that noise); one gradient step of every learner (actor, critics,
+    entropy coefficient) and the targets moved."""
+    overrides = ["algorithm.learning_starts=0", "algorithm.batch_size=32"]
+    assert_two_learners_step_as_one(SAC, overrides, pendulum_transitions(64, seed=1).chunk(2))
+
+
+@pytest.mark.usefixtures("ray_instance")
 def test_two_dqn_learners_on_the_halves_of_a_sample_take_the_step_of_one_on_the_whole():
     """DQN's step (double Q-learning, the gradient clipped after the mean): one learner's on 64 transitions of
     a real CartPole rollout, taken by two learners on 32 each."""
     from rlplug.plugins.algorithms.offpolicy.base import replay_transitions
 
     overrides = ["algorithm.learning_starts=0", "algorithm.random_frames=0", "algorithm.batch_size=32"]
-    driver, [batch] = built_algorithm(DQN, 0, overrides)
-    reference, _ = built_algorithm(DQN, 0, overrides)
-    sample = replay_transitions(batch, reference.config, reference.observation_key).reshape(-1)[:64]
-    halves = sample.chunk(2)
-    gradients = [reference.compute_gradients(half.clone())[0] for half in halves]
-    reference.apply_gradients(gradients[0].apply(lambda a, b: (a + b) / 2, gradients[1]))
-
-    group = group_for(DQN, overrides, driver)
-    try:
-        group.start(driver)
-
-        def step(learner, half):
-            learner.allreduced_step(half)
-            return learner.algorithm.get_weights()
-
-        weights = ray.get([actor.__ray_call__.remote(step, half.clone()) for actor, half in zip(group.actors, halves)],
-                          timeout=120)
-    finally:
-        group.stop()
-    expected = reference.get_weights()
-    for copy in weights:
-        for key in expected.keys():
-            torch.testing.assert_close(copy.get(key), expected.get(key), rtol=1e-4, atol=1e-6)
+    algorithm, [batch] = built_algorithm(DQN, 0, overrides)
+    sample = replay_transitions(batch, algorithm.config, algorithm.observation_key).reshape(-1)[:64]
+    assert_two_learners_step_as_one(DQN, overrides, sample.chunk(2))
 
 
 def test_two_learners_train_ppo_through_the_command_line_and_resume(tmp_path):
