@@ -36,7 +36,7 @@ PRELOADED = ("torch", "tensordict", "torchrl.envs", "torchrl.objectives", "torch
              "torchrl.modules", "gymnasium", "numpy")
 
 #: Environment variables read when those libraries are imported: a run asking for other values than the
-#: server's own is started as a plain subprocess instead (``conftest.run_cli``).
+#: server's own gets a new server started under them (:meth:`Server.address`).
 IMPORT_TIME_PREFIXES = ("TORCH", "OMP_", "MKL_", "CUDA", "PYTORCH", "RL_LOGGING", "TENSORDICT", "PYTHON",
                         "RAY_")  # TorchRL's collectors import Ray, whose settings (RAY_AUTH_MODE) are then fixed
 NOT_IMPORT_TIME = ("PYTHONPATH", "PYTHONUNBUFFERED")

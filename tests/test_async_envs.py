@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from gymnasium.envs.classic_control import CartPoleEnv
 
 from conftest import CANONICAL, ROOT, one_line_error, run_cli, wait_for
-from gymnasium.envs.classic_control import CartPoleEnv
 from rlplug.plugins.envs import make_gym
 
 ASYNC = ["--set", "env.vectorization='async'"]
