@@ -11,6 +11,7 @@ import torch
 from torchrl.objectives import LossModule
 
 import rlplug
+from rlplug.core.training import MetricMean
 from rlplug.plugins.algorithms.offpolicy.sac import SAC
 from rlplug.recipe import load
 from rlplug.run.batched import BatchedRun
@@ -104,3 +105,22 @@ def test_compile_is_refused_where_it_cannot_apply(tmp_path, monkeypatch):
         Run.build(load(ROOT / "recipes" / "pendulum-sac.toml", ["run.compile=true"]), tmp_path / "sac")
     assert caught.value.path == "run.compile"
     assert not (tmp_path / "sac").exists() and not (tmp_path / "batched" / "seed-0").exists()
+
+
+def test_a_compiled_torchrl_sac_loss_is_compiled_once_not_at_every_step(tmp_path):
+    """TorchRL's SACLoss under run.compile on the CPU: each step after the first runs the graph compiled by the
+    first. (A loss whose critics were looped changed tensordict's pytree registry at every call, which made
+    every step recompile until torch gave up and ran it eagerly, slower than never compiling.)"""
+    recipe = load(ROOT / "recipes" / "pendulum-sac.toml", ['algorithm.loss={use="SACLoss"}', "run.compile=true"])
+    run = Run.build(recipe, tmp_path / "run")
+    try:
+        algorithm = run.algorithm  # built compiled (run.compile)
+        for _ in range(32):
+            algorithm.store(run.collector.collect())
+        samples = [algorithm.replay.sample(32) for _ in range(3)]
+        algorithm.gradient_step(samples[0], MetricMean())  # compiles
+        with torch.compiler.set_stance("fail_on_recompile"):
+            for sample in samples[1:]:
+                algorithm.gradient_step(sample, MetricMean())
+    finally:
+        run.close()

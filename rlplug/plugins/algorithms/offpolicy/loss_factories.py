@@ -120,7 +120,7 @@ def make_td3_loss(
 
 @serving("sac")
 def make_sac_loss(
-    networks: ActorCriticNetworks, settings: Any, action_spec=None, device: str = "cpu",
+    networks: ActorCriticNetworks, settings: Any, action_spec=None,
     #: how many critics (TorchRL makes them from the algorithm's first)
     num_qvalue_nets: Twins | None = None,
     #: the critics' distance to their target (unset: 'l2', the algorithm's squared error)
@@ -132,14 +132,14 @@ def make_sac_loss(
     #: the smallest and largest alpha (unset: unbounded)
     min_alpha: Alpha | None = None,
     max_alpha: Alpha | None = None,
-    #: call the critics one after the other rather than under torch.vmap (unset: true on the CPU, where the
-    #: loop costs less per call for small critics; false on other devices)
-    deactivate_vmap: bool | None = None,
+    #: call the critics one after the other rather than under torch.vmap: the same values, slower per step, and
+    #: with run.compile a new compilation at every step
+    deactivate_vmap: bool = False,
 ):
     """TorchRL's SACLoss, built with the algorithm's actor and first critic (TorchRL makes the twins)."""
     from rlplug.plugins.algorithms.offpolicy import sac
 
-    return sac.torchrl_loss(networks, settings, action_spec, device, num_qvalue_nets=num_qvalue_nets,
+    return sac.torchrl_loss(networks, settings, action_spec, num_qvalue_nets=num_qvalue_nets,
                             loss_function=loss_function, alpha_init=alpha_init, fixed_alpha=fixed_alpha,
                             min_alpha=min_alpha, max_alpha=max_alpha, deactivate_vmap=deactivate_vmap)
 

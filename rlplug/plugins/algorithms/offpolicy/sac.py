@@ -92,16 +92,14 @@ ENTROPY_GROUPS = {"actor": "actor_network_params", "critic": "qvalue_network_par
 ENTROPY_TERMS = {"loss_actor": "actor", "loss_qvalue": "critic", "loss_alpha": "entropy"}
 
 
-def torchrl_loss(networks: ActorCriticNetworks, settings: Any, action_spec=None, device: str = "cpu",
-                 **values: Any):
+def torchrl_loss(networks: ActorCriticNetworks, settings: Any, action_spec=None, **values: Any):
     """TorchRL's ``SACLoss`` with the algorithm's actor and first critic (TorchRL makes the twins); ``values``:
-    the recipe's keys for it, unset ones the algorithm's. On the CPU its critics are called in a loop rather
-    than under ``torch.vmap`` unless the recipe says otherwise: the same values, with less overhead per call."""
+    the recipe's keys for it, unset ones the algorithm's."""
     from torchrl.objectives import SACLoss
 
     from rlplug.plugins.algorithms.loss_parts import unset_to
 
     refuse_sequences(networks, "SACLoss")
-    defaults = {**entropy_defaults(settings), "deactivate_vmap": torch.device(device).type == "cpu"}
-    loss = SACLoss(networks["policy"], networks["critic"], action_spec=action_spec, **unset_to(values, defaults))
+    loss = SACLoss(networks["policy"], networks["critic"], action_spec=action_spec,
+                   **unset_to(values, entropy_defaults(settings)))
     return with_learners(loss, settings.gamma, ENTROPY_GROUPS, ENTROPY_TERMS)
