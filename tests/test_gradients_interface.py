@@ -69,25 +69,75 @@ def recipe_path(name: str, tmp_path):
     return ROOT / "recipes" / f"{recipe}.toml"
 
 
-def gradient_worker(connection, path, overrides, threads: int) -> None:
-    """A spawned process: its own copy of the algorithm (weights perturbed, so only set_weights makes them
-    right), Ray's worker-side class around it; takes the batch, then answers each step's weights with gradients.
-    It computes with the learner's thread count (another count sums in another order: CrossQ's batch norm
-    carries that rounding from step to step)."""
-    torch.set_num_threads(threads)
-    algorithm, _ = built_algorithm(path, 0, overrides)
-    with torch.no_grad():
-        for p in algorithm.parameters:
-            p.add_(0.5)
-    batch, frames, weights = connection.recv()
-    algorithm.set_weights(weights)  # as Ray's worker sets them before its rollout
-    torch.manual_seed(DRAWS)
-    worker = (OffPolicyGradients if isinstance(algorithm, OffPolicy) else OnPolicyGradients)(algorithm, 1)
-    worker.prepare(batch, frames)
-    while (message := connection.recv()) is not None:
-        step, weights = message
-        algorithm.set_weights(weights)
-        connection.send(worker.step(step))
+def gradient_worker(connection) -> None:
+    """A spawned process serving one algorithm after another (one process for the module: each spawn imports
+    torch anew). For each: its own copy of the algorithm (weights perturbed, so only set_weights makes them
+    right), Ray's worker-side class around it; it takes the batch, then answers each step's weights with
+    gradients until None. It computes with the learner's thread count (another count sums in another order:
+    CrossQ's batch norm carries that rounding from step to step)."""
+    while (algorithm_wanted := connection.recv()) is not None:
+        path, overrides, threads = algorithm_wanted
+        torch.set_num_threads(threads)
+        algorithm, _ = built_algorithm(path, 0, overrides)
+        with torch.no_grad():
+            for p in algorithm.parameters:
+                p.add_(0.5)
+        batch, frames, weights = connection.recv()
+        algorithm.set_weights(weights)  # as Ray's worker sets them before its rollout
+        torch.manual_seed(DRAWS)
+        worker = (OffPolicyGradients if isinstance(algorithm, OffPolicy) else OnPolicyGradients)(algorithm, 1)
+        worker.prepare(batch, frames)
+        while (message := connection.recv()) is not None:
+            step, weights = message
+            algorithm.set_weights(weights)
+            connection.send(worker.step(step))
+        connection.send("done")
+
+
+class GradientServer:
+    """:func:`gradient_worker` in a spawned process, shared by the module's tests; a test that did not end its
+    session (it failed half-way) leaves it to be replaced, so that the next test starts on a clean one."""
+
+    def __init__(self) -> None:
+        self.process: multiprocessing.process.BaseProcess | None = None
+        self.clean = False
+
+    def session(self):
+        """The learner's end of the pipe, the worker ready for a new algorithm; :meth:`ended` when done."""
+        if self.process is None or not self.clean or not self.process.is_alive():
+            self.close()
+            context = multiprocessing.get_context("spawn")
+            self.connection, theirs = context.Pipe()
+            self.process = context.Process(target=gradient_worker, args=(theirs,), daemon=True)
+            self.process.start()
+        self.clean = False
+        return self.connection
+
+    def ended(self) -> None:
+        self.clean = True
+
+    def close(self) -> None:
+        if self.process is None:
+            return
+        if self.clean and self.process.is_alive():
+            self.connection.send(None)
+            self.process.join(60)
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join()
+
+
+@pytest.fixture(scope="module")
+def another_process():
+    server = GradientServer()
+    yield server
+    server.close()
+
+
+def answer(connection, seconds: float = 120):
+    if not connection.poll(seconds):
+        raise TimeoutError("the gradient worker did not answer")
+    return connection.recv()
 
 
 def learner_steps(algorithm, batch, gradients_for) -> None:
@@ -120,7 +170,7 @@ def assert_same_state(mine, reference) -> None:
 
 
 @pytest.mark.parametrize("name", list(ALGORITHMS))
-def test_gradients_from_another_process_equal_the_local_update(name, tmp_path):
+def test_gradients_from_another_process_equal_the_local_update(name, tmp_path, another_process):
     path, overrides = recipe_path(name, tmp_path), ALGORITHMS[name][1]
     reference, (batch,) = built_algorithm(path, 0, overrides)
     learner, _ = built_algorithm(path, 0, overrides)
@@ -129,26 +179,18 @@ def test_gradients_from_another_process_equal_the_local_update(name, tmp_path):
     reference.update(batch.clone())
     assert any(not torch.equal(a, b) for a, b in zip(before, reference.parameters)), "the update moved nothing"
 
-    context = multiprocessing.get_context("spawn")
-    mine, theirs = context.Pipe()
-    process = context.Process(target=gradient_worker, args=(theirs, path, overrides, torch.get_num_threads()), daemon=True)
-    process.start()
-    try:
-        mine.send((batch.clone(), batch.numel(), learner.get_weights()))
+    worker = another_process.session()
+    worker.send((path, overrides, torch.get_num_threads()))
+    worker.send((batch.clone(), batch.numel(), learner.get_weights()))
 
-        def remote(step, weights):
-            mine.send((step, weights))
-            if not mine.poll(120):
-                raise TimeoutError("the gradient worker did not answer")
-            return mine.recv().get("grads")
+    def remote(step, weights):
+        worker.send((step, weights))
+        return answer(worker).get("grads")
 
-        learner_steps(learner, batch, remote)
-        mine.send(None)
-        process.join(60)
-    finally:
-        if process.is_alive():
-            process.kill()
-    assert process.exitcode == 0
+    learner_steps(learner, batch, remote)
+    worker.send(None)
+    assert answer(worker) == "done"
+    another_process.ended()
     assert_same_state(learner, reference)
 
 
