@@ -87,6 +87,22 @@ def test_storages_is_a_runner_key_defaulting_to_zero():
 
 
 @pytest.mark.slow
+def test_storages_ask_for_a_cpu_share_and_a_cluster_without_room_for_every_actor_is_one_line(ray_instance):
+    """Storages ask Ray for a sliver of a CPU (Ray spreads only actors that ask for something: with none, both
+    storages sat on one node and one lost node took them all). So workers that fill every CPU leave no room
+    for them, and would wait forever: refused, as too many workers or learners are."""
+    from rlplug.plugins.runners.ray.cluster import check_resources
+    from rlplug.plugins.runners.ray.runner import RayRunner
+
+    check_resources(RayRunner(workers=1, storages=2))  # 1.02 of the instance's 2 CPUs
+    for runner, path in [(RayRunner(workers=2, storages=2), "runner.workers"),
+                         (RayRunner(workers=3), "runner.workers"),
+                         (RayRunner(workers=1, learners=2), "runner.workers")]:
+        with pytest.raises(UserError, match="the Ray cluster has 2") as caught:
+            check_resources(runner)
+        assert caught.value.path == path
+
+
 def test_uniform_samples_are_one_buffers_over_the_storages(ray_instance):
     """Storages of 30 and 10 items: each item is drawn with probability 1/40, so the first storage gives 3/4."""
     replay = sharded("uniform", [30, 10])
@@ -222,8 +238,9 @@ def test_a_storage_lost_with_its_node_restarts_empty_and_the_run_finishes(two_no
     way: its storage comes back empty on the head (counted), its worker fills it again, the run ends."""
     two_nodes.ask("add")
     out = tmp_path / "run"
-    arguments = sets(*TWO_WORKERS, "runner.storages=2", f"runner.address={two_nodes.address}",
-                     "run.total_frames=1536", "run.log_every_frames=64", "eval.every_frames=0", "eval.episodes=1")
+    arguments = sets(*TWO_WORKERS, *FEWER_ROUNDS, "algorithm.batch_size=64", "runner.storages=2",
+                     f"runner.address={two_nodes.address}", "run.total_frames=1536", "run.log_every_frames=64",
+                     "eval.every_frames=0", "eval.episodes=1")
     process = start_cli("run", str(SAC), *arguments, "--out", str(out))
     wait_for_training(out, process)
     placed = metrics(out)[-1]

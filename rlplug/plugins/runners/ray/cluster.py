@@ -7,6 +7,7 @@ import logging
 import math
 import os
 import warnings
+from typing import Any
 
 from rlplug.errors import UserError
 
@@ -42,8 +43,7 @@ def connect_ray(runner) -> bool:
     if runner.address is None:
         # "local": a new instance for this run, never a cluster that RAY_ADDRESS or 'ray start' points at; enough
         # logical CPUs for the workers asked for, even on a smaller machine (oversubscribed rather than stuck)
-        needed = math.ceil(runner.remote_options()["num_cpus"] * runner.workers
-                           + (runner.learner_options()["num_cpus"] * runner.learners if runner.learners > 1 else 0))
+        needed = math.ceil(sum(options["num_cpus"] * count for _, count, options, _ in actor_groups(runner)))
         ray.init(address="local", num_cpus=max(os.cpu_count() or 1, needed), **options)
         return True
     problem = unreachable(runner.address)
@@ -76,21 +76,39 @@ def unreachable(address: str, timeout: float = 5.0) -> str | None:
         return error.strerror or type(error).__name__
 
 
-def check_resources(runner) -> None:
-    """A clear error instead of workers (or learners) waiting forever for resources the cluster does not have."""
-    ray = ray_module()
-    total = ray.cluster_resources()
+def actor_groups(runner) -> list[tuple[str, int, dict[str, Any], dict[str, float]]]:
+    """The run's kinds of Ray actors: name, count, ``ray.remote`` options, and the recipe's resources table."""
     groups = [("workers", runner.workers, runner.remote_options(), runner.resources_per_worker)]
     if runner.learners > 1:
         groups.append(("learners", runner.learners, runner.learner_options(), runner.resources_per_learner))
+    if runner.storages > 0:
+        storage = runner.storage_options()
+        groups.append(("storages", runner.storages, storage, {"num_cpus": storage["num_cpus"]}))
+    return groups
+
+
+def check_resources(runner) -> None:
+    """A clear error instead of workers (or learners, or storages) waiting forever for resources the cluster does
+    not have: each kind alone, then the CPUs of all of them together."""
+    ray = ray_module()
+    total = ray.cluster_resources()
+    groups = actor_groups(runner)
     for what, count, options, asked in groups:
         wanted = {"CPU": options["num_cpus"] * count, "GPU": options.get("num_gpus", 0) * count,
                   **{k: v * count for k, v in options.get("resources", {}).items()}}
         for name, amount in wanted.items():
             if amount > total.get(name, 0) + 1e-9:
+                if what == "storages":
+                    raise UserError(f"{count} replay storages need {amount:g} CPU between them, and the Ray cluster "
+                                    f"has {total.get(name, 0):g}; use fewer storages", path="runner.storages")
                 raise UserError(f"{count} {what} with resources_per_{what[:-1]} {dict(asked)} need {amount:g} "
                                 f"{name}, and the Ray cluster has {total.get(name, 0):g}; use fewer {what} or "
                                 f"smaller resources_per_{what[:-1]}", path=f"runner.{what}")
+    cpus = sum(options["num_cpus"] * count for _, count, options, _ in groups)
+    if cpus > total.get("CPU", 0) + 1e-9:
+        counts = ", ".join(f"{count} {what}" for what, count, _, _ in groups)
+        raise UserError(f"{counts} need {cpus:g} CPU together, and the Ray cluster has {total.get('CPU', 0):g}; "
+                        f"use fewer workers, or a smaller resources_per_worker", path="runner.workers")
 
 
 def last_line_of(error: BaseException) -> str:

@@ -7,6 +7,9 @@ from typing import Any
 
 from rlplug.plugins.runners.ray.collection import RayCollection
 
+#: the CPU share a replay storage asks Ray for: enough to be spread, too little to keep a worker from starting
+STORAGE_CPUS = 0.01
+
 
 @dataclass(frozen=True)
 class RayRunner:
@@ -33,9 +36,12 @@ class RayRunner:
         return options
 
     def storage_options(self) -> dict[str, Any]:
-        """``ray.remote`` options for one replay storage: no CPU of its own (it holds memory and answers calls,
-        beside the workers' envs), restarted as a worker is, spread over the nodes as the workers are."""
-        return {"num_cpus": 0, "max_restarts": self.max_restarts, "max_task_retries": 0,
+        """``ray.remote`` options for one replay storage: a sliver of a CPU (it holds memory and answers calls,
+        beside the workers' envs), restarted as a worker is, spread over the nodes as the workers are. Ray spreads
+        only actors that ask for some resource: actors asking for none were placed on one node most of the time
+        (ray-project/ray#27577; 3 runs of 4 in this repository's two-node test), and one lost node took every
+        storage."""
+        return {"num_cpus": STORAGE_CPUS, "max_restarts": self.max_restarts, "max_task_retries": 0,
                 "scheduling_strategy": "SPREAD"}
 
     def learner_options(self) -> dict[str, Any]:
