@@ -7,7 +7,7 @@ from typing import Any
 
 from rlplug.plugins.runners.ray.collection import RayCollection
 
-#: the CPU share a replay storage asks Ray for: enough to be spread, too little to keep a worker from starting
+#: the CPU share a replay storage asks Ray for: enough for Ray to spread storages, little beside a worker's CPU
 STORAGE_CPUS = 0.01
 
 
