@@ -108,3 +108,41 @@ def test_targets_seated_elsewhere_are_moved_by_the_loss_own_update():
                .state_dict().items() if "target" in key)
     for key, value in wanted.items():
         assert torch.equal(moved[key], value), key
+
+
+def test_torchrl_td3_loss_leaves_the_actor_out_where_td3_does_not_move_it_and_trains_as_its_whole_forward():
+    """TD3 moves its actor every policy_delay steps; on the others TD3Loss computes the critics' term alone
+    (value_loss), where TD3Loss.forward computes both and the algorithm discards the actor's."""
+    import types
+
+    from torchrl.objectives import TD3Loss
+
+    delayed, whole = algorithm_of("pendulum-td3", "TD3Loss"), algorithm_of("pendulum-td3", "TD3Loss")
+    whole.loss_module.forward = types.MethodType(TD3Loss.forward, whole.loss_module)  # both terms at every step
+    calls = {delayed: 0, whole: 0}
+    for algorithm in calls:
+        def counted(tensordict, algorithm=algorithm, actor_loss=algorithm.loss_module.actor_loss):
+            calls[algorithm] += 1
+            return actor_loss(tensordict)
+        algorithm.loss_module.actor_loss = counted
+    fast, slow = trained_state(delayed), trained_state(whole)
+    assert delayed.config.policy_delay == 2 and calls[whole] == STEPS and calls[delayed] == STEPS // 2
+    assert fast.keys() == slow.keys()
+    for key in fast:
+        assert torch.equal(fast[key], slow[key]), key
+    assert any(not torch.equal(fast[key], value) for key, value in
+               algorithm_of("pendulum-td3", "TD3Loss").loss_module.state_dict().items() if "actor" in key)
+
+
+def test_torchrl_td3_loss_with_the_actor_is_td3_loss_itself():
+    from torchrl.objectives import TD3Loss
+
+    loss = algorithm_of("pendulum-td3", "TD3Loss").loss_module
+    data = transitions(16, 0)
+    outs = []
+    for forward in (loss.forward, TD3Loss.forward.__get__(loss)):
+        torch.manual_seed(0)
+        outs.append(forward(data.clone()))
+    assert loss.with_actor and outs[0].keys() == outs[1].keys()
+    for key in outs[0].keys():
+        assert torch.equal(outs[0][key], outs[1][key]), key

@@ -4,7 +4,8 @@ policy updates: the actor and the targets move once every ``policy_delay`` criti
 (:class:`~rlplug.plugins.algorithms.offpolicy.actor_critic.DelayedActor`).
 
 Here: the algorithm (:class:`TD3`), rlplug's loss (:class:`TD3Objective`, ``td3-loss``) and the builds of both
-losses a recipe may choose (:func:`objective`, :func:`torchrl_loss`: TorchRL's ``TD3Loss``).
+losses a recipe may choose (:func:`objective`, :func:`torchrl_loss`: TorchRL's ``TD3Loss``, as
+:class:`DelayableTD3Loss`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import dispatch
+from torchrl.objectives import TD3Loss
 
 from rlplug.networks import action_bounds
 from rlplug.plugins.algorithms.offpolicy.actor_critic import DelayedActor
@@ -65,16 +69,32 @@ def objective(networks: ActorCriticNetworks, settings: Any, observation_spec, ac
                         policy_noise=settings.target_policy_noise, noise_clip=settings.target_noise_clip)
 
 
+class DelayableTD3Loss(TD3Loss):
+    """TorchRL's ``TD3Loss``, which the algorithm tells (``with_actor``) on the steps it does not move the actor to
+    compute the critics' term alone, by TorchRL's own ``value_loss`` (as TorchRL's TD3 example calls it): its
+    ``forward`` computes the actor's term at every step, half of the step's work, which those steps discard. With
+    the actor it is ``TD3Loss.forward`` itself."""
+
+    with_actor = True
+
+    @dispatch
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if self.with_actor:
+            return super().forward(tensordict)
+        loss_qvalue, metadata = self.value_loss(tensordict)
+        tensordict.set(self.tensor_keys.priority, metadata.pop("td_error").detach().max(0)[0])
+        return TensorDict(loss_qvalue=loss_qvalue, **metadata)
+
+
 def torchrl_loss(networks: ActorCriticNetworks, settings: Any, action_spec=None, **values: Any):
     """TorchRL's ``TD3Loss`` with the algorithm's actor and first critic (TorchRL makes the twins); ``values``:
     the recipe's keys for it, unset ones the algorithm's."""
-    from torchrl.objectives import TD3Loss
-
     from rlplug.plugins.algorithms.loss_parts import unset_to
 
     refuse_sequences(networks, "TD3Loss", "td3-loss")
     defaults = {"policy_noise": settings.target_policy_noise, "noise_clip": settings.target_noise_clip,
                 "loss_function": "l2", "num_qvalue_nets": 2}
-    loss = TD3Loss(networks["policy"], networks["critic"], action_spec=action_spec, **unset_to(values, defaults))
+    loss = DelayableTD3Loss(networks["policy"], networks["critic"], action_spec=action_spec,
+                            **unset_to(values, defaults))
     return with_learners(loss, settings.gamma, {"actor": "actor_network_params", "critic": "qvalue_network_params"},
                          {"loss_actor": "actor", "loss_qvalue": "critic"})
