@@ -14,8 +14,14 @@ The eager floor (``benchmarks/peers/eager_ppo_cartpole.py``) is counted beside i
 training loop is one function, so its iteration is the difference between training for 6 batches and for 2,
 divided by 4 (what building the envs and networks costs cancels out).
 
+With ``--seeds N`` it also times the update of N seeds trained together (``--batched``: one vmapped call a
+minibatch) and how much of it the matrix products and ``tanh`` (forward and backward) take alone, the kernels
+every seed's arithmetic needs whatever calls them: that share, over one seed's whole iteration, is the least a
+batched iteration can cost against one seed on this machine.
+
     python benchmarks/ppo_iteration_cost.py
     python benchmarks/ppo_iteration_cost.py --set algorithm.loss='{use="ClipPPOLoss"}'   # any recipe override
+    python benchmarks/ppo_iteration_cost.py --seeds 8 --no-eager
 """
 
 from __future__ import annotations
@@ -56,6 +62,19 @@ def aten_counts(work) -> tuple[int, int]:
         return True
 
     return len(aten), sum(top_level(event) for event in aten)
+
+
+#: the kernels of a 64-64 tanh MLP's forward and backward (self CPU time in torch's profiler)
+ARITHMETIC = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::tanh", "aten::tanh_backward")
+
+
+def arithmetic_share(work) -> float:
+    """The share of ``work()``'s self CPU time (in torch's profiler) that :data:`ARITHMETIC`'s kernels take."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        work()
+    rows = prof.key_averages()
+    return sum(row.self_cpu_time_total for row in rows if row.key in ARITHMETIC) / sum(
+        row.self_cpu_time_total for row in rows)
 
 
 def python_calls(work) -> int:
@@ -104,11 +123,65 @@ def eager_iteration(warmup: int) -> tuple[int, int, int, float]:
     return every, top, calls, ms
 
 
+def bare_networks_ms(seeds: int, repeats: int, epochs: int = 20, batch: int = 256) -> float:
+    """Thread CPU ms of what no implementation can skip: ``epochs`` forward and backward passes of ``seeds``
+    stacked 4-64-64-2 and 4-64-64-1 tanh MLPs on ``batch`` rows (one ``baddbmm`` a layer), in plain torch, with
+    no loss, optimiser or env: the canonical update's network arithmetic for that many seeds."""
+    torch.manual_seed(0)
+    observations = torch.randn(seeds, batch, 4)
+    networks = [[(torch.randn(seeds, 1, size, requires_grad=True), torch.randn(seeds, fan_in, size, requires_grad=True))
+                 for fan_in, size in ((4, 64), (64, 64), (64, out))] for out in (2, 1)]
+
+    def update() -> None:
+        for _ in range(epochs):
+            total = torch.zeros(())
+            for layers in networks:
+                hidden = observations
+                for index, (bias, weight) in enumerate(layers):
+                    hidden = torch.baddbmm(bias, hidden, weight)
+                    hidden = torch.tanh(hidden) if index < len(layers) - 1 else hidden
+                total = total + hidden.sum()
+            total.backward()
+
+    update()
+    return thread_ms(update, repeats)
+
+
+def batched_rows(args, tmp: Path, one_seed_ms: float) -> None:
+    """The update of ``args.seeds`` seeds together: thread CPU ms, the ms of its arithmetic alone (the floor), and
+    both over one seed's whole iteration (``one_seed_ms``: its collection and update)."""
+    agents = [rlplug.Agent.from_recipe(RECIPE, out=tmp / f"seed-{seed}", loggers=[],
+                                       **{"eval.every_frames": 0, "run.seed": seed, **overrides(args.sets)})
+              for seed in range(args.seeds)]
+    algorithms = [agent.run.algorithm for agent in agents]
+    together = algorithms[0].batched_update(algorithms, list(range(args.seeds)))
+    batches = [agent.run.collector.collect() for agent in agents]
+
+    def update() -> None:
+        together.update([batch.clone() for batch in batches])
+
+    for _ in range(args.warmup):
+        update()
+    ms = thread_ms(update, max(3, args.repeats // 4))
+    floor = ms * arithmetic_share(update)
+    print(f"\n{args.seeds} seeds together, one update: {ms:.2f} thread CPU ms, of which matrix products and tanh "
+          f"{floor:.2f} ms")
+    print(f"one seed's whole iteration (collection and update): {one_seed_ms:.2f} ms; the {args.seeds} seeds' update "
+          f"is {ms / one_seed_ms:.2f}x it, their arithmetic alone {floor / one_seed_ms:.2f}x")
+    bare = bare_networks_ms(args.seeds, max(3, args.repeats // 4))
+    print(f"plain torch, the {args.seeds} seeds' networks alone (20 stacked forward and backward passes, no loss, "
+          f"optimiser or env): {bare:.2f} ms, {bare / one_seed_ms:.2f}x one seed's whole iteration")
+    for agent in agents:
+        agent.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--warmup", type=int, default=3, help="iterations before counting")
     parser.add_argument("--repeats", type=int, default=20, help="iterations timed for the thread CPU ms")
     parser.add_argument("--no-eager", action="store_true", help="count rlplug alone")
+    parser.add_argument("--seeds", type=int, default=0, metavar="N",
+                        help="also time the update of N seeds trained together (--batched) and its arithmetic")
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                         help="a recipe override, as rlplug run --set")
     args = parser.parse_args(argv)
@@ -129,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
             calls = python_calls(work)
             ms = thread_ms(work, args.repeats)
             print(f"{name:38s}{every:10d}{top:13d}{calls:14d}{ms:15.2f}")
+        if args.seeds:
+            whole = thread_ms(lambda: update(collect()), args.repeats)
+            batched_rows(args, Path(tmp), whole)
         agent.close()
     if not args.no_eager:
         every, top, calls, ms = eager_iteration(args.warmup)
