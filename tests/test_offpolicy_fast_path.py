@@ -134,15 +134,27 @@ def test_torchrl_td3_loss_leaves_the_actor_out_where_td3_does_not_move_it_and_tr
                algorithm_of("pendulum-td3", "TD3Loss").loss_module.state_dict().items() if "actor" in key)
 
 
-def test_torchrl_td3_loss_with_the_actor_is_td3_loss_itself():
+def test_torchrl_td3_loss_with_the_actor_is_td3_loss_itself_and_without_it_its_critics_part():
+    """With the actor, every output of TD3Loss.forward; without, its critics' term and diagnostics, and the TD errors
+    it writes into the sample for prioritised replay, the same (the actor's term draws no random numbers)."""
     from torchrl.objectives import TD3Loss
 
     loss = algorithm_of("pendulum-td3", "TD3Loss").loss_module
     data = transitions(16, 0)
-    outs = []
-    for forward in (loss.forward, TD3Loss.forward.__get__(loss)):
+
+    def forward(function) -> tuple:
         torch.manual_seed(0)
-        outs.append(forward(data.clone()))
-    assert loss.with_actor and outs[0].keys() == outs[1].keys()
-    for key in outs[0].keys():
-        assert torch.equal(outs[0][key], outs[1][key]), key
+        sample = data.clone()
+        return function(sample), sample.get("td_error")
+
+    (whole, whole_errors), (delayed, errors) = forward(TD3Loss.forward.__get__(loss)), forward(loss.forward)
+    assert loss.with_actor and delayed.keys() == whole.keys()
+    for key in whole.keys():
+        assert torch.equal(delayed[key], whole[key]), key
+    assert torch.equal(errors, whole_errors)
+    loss.with_actor = False
+    delayed, errors = forward(loss.forward)
+    assert "loss_actor" not in delayed.keys() and "loss_qvalue" in delayed.keys()
+    for key in delayed.keys():
+        assert torch.equal(delayed[key], whole[key]), key
+    assert torch.equal(errors, whole_errors)

@@ -274,3 +274,37 @@ def test_a_loss_state_from_when_one_class_held_every_actor_critic_loss_still_loa
     loss.load_state_dict(former)  # strict: nothing unexpected, nothing missing
     assert set(loss.state_dict()) == set(former) if name == "td3-loss" else set(former) - set(loss.state_dict()) == \
         {"action_low", "action_high"}
+
+
+@pytest.mark.parametrize("recipe, loss", [("pendulum-td3", "TD3Loss"), ("pendulum-sac", "SACLoss"),
+                                          ("pendulum-crossq", "CrossQLoss"), ("pendulum-redq", "REDQLoss")])
+def test_torchrls_losses_read_one_envs_actions_with_several_env_copies(tmp_path, recipe, loss):
+    """The env's action spec has the copies' dims ([num_envs, 1] on Pendulum); TorchRL's losses read one
+    transition's: TD3Loss clamped its target actions to [num_envs, 1] bounds (a shape error at the first gradient
+    step), SACLoss and CrossQLoss counted num_envs action dimensions in their automatic target entropy."""
+    small = {"batch_size": 32, "random_frames": 50, "learning_starts": 100, "replay_buffer": {"capacity": 1000},
+             "loss": {"use": loss}}
+    agent = rlplug.Agent.from_recipe(ROOT / "recipes" / f"{recipe}.toml", out=tmp_path / "run",
+                                     env={"num_envs": 4}, run={"total_frames": 300},
+                                     eval={"episodes": 1, "every_frames": 0}, algorithm=small, loggers=[])
+    loss_module = agent.run.algorithm.loss_module
+    if loss == "TD3Loss":
+        assert loss_module.min_action.tolist() == [-2.0] and loss_module.max_action.tolist() == [2.0]
+    else:
+        assert float(loss_module.target_entropy) == -1.0  # Pendulum: one action dimension
+    assert agent.train()["status"] == "finished"
+
+
+def test_a_td3_loss_state_with_the_envs_dims_on_its_bounds_still_loads():
+    """Checkpoints written while TD3Loss took the env's action spec hold its bounds as [num_envs, 1]."""
+    from tensordict.nn import TensorDictModule
+    from torchrl.data import Bounded
+
+    from rlplug.plugins.algorithms.offpolicy.td3 import DelayableTD3Loss
+
+    actor = TensorDictModule(torch.nn.Linear(3, 1), in_keys=["observation"], out_keys=["action"])
+    critic = TensorDictModule(ActionCritic(), in_keys=["observation", "action"], out_keys=["state_action_value"])
+    loss = DelayableTD3Loss(actor, critic, action_spec=Bounded(-2.0, 2.0, shape=(1,)))
+    former = {**loss.state_dict(), "min_action": torch.full((1, 1), -2.0), "max_action": torch.full((1, 1), 2.0)}
+    loss.load_state_dict(former)  # strict
+    assert loss.min_action.shape == (1,) and loss.min_action.tolist() == [-2.0] and loss.max_action.tolist() == [2.0]

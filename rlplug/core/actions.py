@@ -64,6 +64,12 @@ class ActionLayout:
                 "dtype": self.dtype}
 
 
+def one_env_spec(spec: TensorSpec, env_dims: int) -> TensorSpec:
+    """``spec`` of one env: its first ``env_dims`` dims (the env's batch, ``num_envs``) indexed away. What reads a
+    single transition's actions (TorchRL's losses: their bounds, their size for the target entropy) needs it."""
+    return spec[(0,) * env_dims] if env_dims else spec
+
+
 def action_layout(action_spec: TensorSpec, env_dims: int) -> ActionLayout:
     """The layout of ``action_spec``, whose first ``env_dims`` dims are the env's batch; ``ValueError`` for a
     spec no policy head acts in."""

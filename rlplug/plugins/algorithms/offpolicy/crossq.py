@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from rlplug.core.actions import one_env_spec
 from rlplug.plugins.algorithms.offpolicy.actor_critic import DelayedActor, Stochastic
 from rlplug.plugins.algorithms.offpolicy.config import CrossQConfig
 from rlplug.plugins.algorithms.offpolicy.losses import (
@@ -92,15 +93,17 @@ def objective(networks: ActorCriticNetworks, settings: Any, observation_spec, ac
                            target_entropy=default_target_entropy(settings, observation_spec, action_spec))
 
 
-def torchrl_loss(networks: ActorCriticNetworks, settings: Any, action_spec=None, **values: Any):
-    """TorchRL's ``CrossQLoss`` with the algorithm's actor and first critic (TorchRL makes the twins); ``values``:
+def torchrl_loss(networks: ActorCriticNetworks, settings: Any, observation_spec, action_spec, **values: Any):
+    """TorchRL's ``CrossQLoss`` with the algorithm's actor and first critic (TorchRL makes the twins), and one env's
+    action spec (its ``"auto"`` target entropy counts one env's action dimensions); ``values``:
     the recipe's keys for it, unset ones the algorithm's. It keeps no targets."""
     from torchrl.objectives import CrossQLoss
 
     from rlplug.plugins.algorithms.loss_parts import unset_to
 
     refuse_sequences(networks, "CrossQLoss")
-    loss = CrossQLoss(networks["policy"], networks["critic"], action_spec=action_spec,
+    one_env = one_env_spec(action_spec, observation_spec.ndim)
+    loss = CrossQLoss(networks["policy"], networks["critic"], action_spec=one_env,
                       **unset_to(values, entropy_defaults(settings)))
     # TorchRL's CrossQLoss reads no importance weights
     return with_learners(loss, settings.gamma, ENTROPY_GROUPS, ENTROPY_TERMS, targets=False, weighted=False)

@@ -17,6 +17,7 @@ from torchrl.envs.utils import ExplorationType, exploration_type
 from torchrl.modules import ProbabilisticActor
 
 from rlplug.core.acting import ActorView
+from rlplug.core.actions import one_env_spec
 from rlplug.core.module_values import BufferedValue
 from rlplug.core.training import (
     FlatParameters,
@@ -77,7 +78,7 @@ class RandomActions(TensorDictModuleBase):
     def __init__(self, action_spec, env_dims: int):
         super().__init__()
         self.in_keys, self.out_keys = ["action"], ["action"]
-        self.spec = action_spec[(0,) * env_dims] if env_dims else action_spec  # one env's actions
+        self.spec = one_env_spec(action_spec, env_dims)
         self.one_hot = isinstance(self.spec, OneHot)  # DQN's random phase, in the env's layout
         self.active = True
 

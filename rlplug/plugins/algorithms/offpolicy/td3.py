@@ -17,6 +17,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import dispatch
 from torchrl.objectives import TD3Loss
 
+from rlplug.core.actions import one_env_spec
 from rlplug.networks import action_bounds
 from rlplug.plugins.algorithms.offpolicy.actor_critic import DelayedActor
 from rlplug.plugins.algorithms.offpolicy.config import TD3Config
@@ -77,6 +78,20 @@ class DelayableTD3Loss(TD3Loss):
 
     with_actor = True
 
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.register_load_state_dict_pre_hook(self.one_env_bounds)
+
+    @staticmethod
+    def one_env_bounds(module: torch.nn.Module, state_dict: dict, prefix: str, *rest: Any) -> None:
+        """Checkpoints written before the loss took one env's action spec hold its bounds with the envs' dims
+        (``[num_envs, *action]``, every row alike): they load as the first env's."""
+        for name in ("min_action", "max_action"):
+            own, saved = getattr(module, name, None), state_dict.get(prefix + name)
+            if isinstance(own, torch.Tensor) and isinstance(saved, torch.Tensor) and saved.shape != own.shape \
+                    and saved.numel() % own.numel() == 0:
+                state_dict[prefix + name] = saved.reshape(-1, *own.shape)[0]
+
     @dispatch
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         if self.with_actor:
@@ -86,15 +101,15 @@ class DelayableTD3Loss(TD3Loss):
         return TensorDict(loss_qvalue=loss_qvalue, **metadata)
 
 
-def torchrl_loss(networks: ActorCriticNetworks, settings: Any, action_spec=None, **values: Any):
-    """TorchRL's ``TD3Loss`` with the algorithm's actor and first critic (TorchRL makes the twins); ``values``:
-    the recipe's keys for it, unset ones the algorithm's."""
+def torchrl_loss(networks: ActorCriticNetworks, settings: Any, observation_spec, action_spec, **values: Any):
+    """TorchRL's ``TD3Loss`` with the algorithm's actor and first critic (TorchRL makes the twins), and one env's
+    action bounds; ``values``: the recipe's keys for it, unset ones the algorithm's."""
     from rlplug.plugins.algorithms.loss_parts import unset_to
 
     refuse_sequences(networks, "TD3Loss", "td3-loss")
     defaults = {"policy_noise": settings.target_policy_noise, "noise_clip": settings.target_noise_clip,
                 "loss_function": "l2", "num_qvalue_nets": 2}
-    loss = DelayableTD3Loss(networks["policy"], networks["critic"], action_spec=action_spec,
-                            **unset_to(values, defaults))
+    loss = DelayableTD3Loss(networks["policy"], networks["critic"],
+                            action_spec=one_env_spec(action_spec, observation_spec.ndim), **unset_to(values, defaults))
     return with_learners(loss, settings.gamma, {"actor": "actor_network_params", "critic": "qvalue_network_params"},
                          {"loss_actor": "actor", "loss_qvalue": "critic"})
