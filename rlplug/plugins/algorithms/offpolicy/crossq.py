@@ -18,13 +18,13 @@ from typing import Any
 
 import torch
 
-from rlplug.core.actions import one_env_spec
 from rlplug.plugins.algorithms.offpolicy.actor_critic import DelayedActor, Stochastic
 from rlplug.plugins.algorithms.offpolicy.config import CrossQConfig
 from rlplug.plugins.algorithms.offpolicy.losses import (
     EntropyTerms,
     Sample,
     default_target_entropy,
+    one_env_actions,
     refuse_sequences,
     single_transitions,
     with_learners,
@@ -93,7 +93,8 @@ def objective(networks: ActorCriticNetworks, settings: Any, observation_spec, ac
                            target_entropy=default_target_entropy(settings, observation_spec, action_spec))
 
 
-def torchrl_loss(networks: ActorCriticNetworks, settings: Any, observation_spec, action_spec, **values: Any):
+def torchrl_loss(networks: ActorCriticNetworks, settings: Any, action_spec=None, *, observation_spec=None,
+                 **values: Any):
     """TorchRL's ``CrossQLoss`` with the algorithm's actor and first critic (TorchRL makes the twins), and one env's
     action spec (its ``"auto"`` target entropy counts one env's action dimensions); ``values``:
     the recipe's keys for it, unset ones the algorithm's. It keeps no targets."""
@@ -102,7 +103,7 @@ def torchrl_loss(networks: ActorCriticNetworks, settings: Any, observation_spec,
     from rlplug.plugins.algorithms.loss_parts import unset_to
 
     refuse_sequences(networks, "CrossQLoss")
-    one_env = one_env_spec(action_spec, observation_spec.ndim)
+    one_env = one_env_actions(action_spec, observation_spec)
     loss = CrossQLoss(networks["policy"], networks["critic"], action_spec=one_env,
                       **unset_to(values, entropy_defaults(settings)))
     # TorchRL's CrossQLoss reads no importance weights

@@ -101,7 +101,7 @@ def make_ddpg_loss(
 
 @serving("td3")
 def make_td3_loss(
-    networks: ActorCriticNetworks, settings: Any, observation_spec=None, action_spec=None,
+    networks: ActorCriticNetworks, settings: Any, action_spec=None,
     #: the target action's noise scale, in action units (unset: the algorithm's target_policy_noise)
     policy_noise: Annotated[float, Range(ge=0.0)] | None = None,
     #: the target noise's clip (unset: the algorithm's target_noise_clip)
@@ -110,17 +110,19 @@ def make_td3_loss(
     loss_function: Distance | None = None,
     #: how many critics (TorchRL makes them from the algorithm's first)
     num_qvalue_nets: Twins | None = None,
+    observation_spec=None,  # context (rlplug fills it in): one env's actions for TorchRL's loss
 ):
     """TorchRL's TD3Loss, built with the algorithm's actor and first critic (TorchRL makes the twins)."""
     from rlplug.plugins.algorithms.offpolicy import td3
 
-    return td3.torchrl_loss(networks, settings, observation_spec, action_spec, policy_noise=policy_noise,
-                            noise_clip=noise_clip, loss_function=loss_function, num_qvalue_nets=num_qvalue_nets)
+    return td3.torchrl_loss(networks, settings, action_spec, observation_spec=observation_spec,
+                            policy_noise=policy_noise, noise_clip=noise_clip, loss_function=loss_function,
+                            num_qvalue_nets=num_qvalue_nets)
 
 
 @serving("sac")
 def make_sac_loss(
-    networks: ActorCriticNetworks, settings: Any, observation_spec=None, action_spec=None,
+    networks: ActorCriticNetworks, settings: Any, action_spec=None,
     #: how many critics (TorchRL makes them from the algorithm's first)
     num_qvalue_nets: Twins | None = None,
     #: the critics' distance to their target (unset: 'l2', the algorithm's squared error)
@@ -135,18 +137,20 @@ def make_sac_loss(
     #: call the critics one after the other rather than under torch.vmap: the same values, slower per step, and
     #: with run.compile a new compilation at every step
     deactivate_vmap: bool = False,
+    observation_spec=None,  # context (rlplug fills it in): one env's actions for TorchRL's loss
 ):
     """TorchRL's SACLoss, built with the algorithm's actor and first critic (TorchRL makes the twins)."""
     from rlplug.plugins.algorithms.offpolicy import sac
 
-    return sac.torchrl_loss(networks, settings, observation_spec, action_spec, num_qvalue_nets=num_qvalue_nets,
-                            loss_function=loss_function, alpha_init=alpha_init, fixed_alpha=fixed_alpha,
-                            min_alpha=min_alpha, max_alpha=max_alpha, deactivate_vmap=deactivate_vmap)
+    return sac.torchrl_loss(networks, settings, action_spec, observation_spec=observation_spec,
+                            num_qvalue_nets=num_qvalue_nets, loss_function=loss_function, alpha_init=alpha_init,
+                            fixed_alpha=fixed_alpha, min_alpha=min_alpha, max_alpha=max_alpha,
+                            deactivate_vmap=deactivate_vmap)
 
 
 @serving("crossq")
 def make_crossq_loss(
-    networks: ActorCriticNetworks, settings: Any, observation_spec=None, action_spec=None,
+    networks: ActorCriticNetworks, settings: Any, action_spec=None,
     #: how many critics (TorchRL makes them from the algorithm's first)
     num_qvalue_nets: Twins | None = None,
     #: the critics' distance to their target (unset: 'l2', the algorithm's squared error)
@@ -158,14 +162,15 @@ def make_crossq_loss(
     #: the smallest and largest alpha (unset: unbounded)
     min_alpha: Alpha | None = None,
     max_alpha: Alpha | None = None,
+    observation_spec=None,  # context (rlplug fills it in): one env's actions for TorchRL's loss
 ):
     """TorchRL's CrossQLoss, built with the algorithm's actor and first critic (TorchRL makes the twins); it
     keeps no target networks."""
     from rlplug.plugins.algorithms.offpolicy import crossq
 
-    return crossq.torchrl_loss(networks, settings, observation_spec, action_spec, num_qvalue_nets=num_qvalue_nets,
-                               loss_function=loss_function, alpha_init=alpha_init, fixed_alpha=fixed_alpha,
-                               min_alpha=min_alpha, max_alpha=max_alpha)
+    return crossq.torchrl_loss(networks, settings, action_spec, observation_spec=observation_spec,
+                               num_qvalue_nets=num_qvalue_nets, loss_function=loss_function, alpha_init=alpha_init,
+                               fixed_alpha=fixed_alpha, min_alpha=min_alpha, max_alpha=max_alpha)
 
 
 @serving("dqn")

@@ -30,6 +30,7 @@ from torch import nn
 from torchrl.objectives import LossModule
 
 from rlplug.core.acting import ActorView, tensor_function
+from rlplug.core.actions import one_env_spec
 from rlplug.core.recurrent import ObservationSequence, is_recurrent, sequence_function
 from rlplug.core.training import forget_former_buffers
 from rlplug.errors import UserError
@@ -277,6 +278,12 @@ def default_target_entropy(settings: Any, observation_spec, action_spec) -> floa
 
 
 # -- TorchRL's losses ------------------------------------------------------------------------------------
+
+def one_env_actions(action_spec, observation_spec):
+    """The action spec TorchRL's losses read, one transition's: the env's ``action_spec`` without its copies' dims
+    (those of ``observation_spec``'s batch), or as given where no observation spec is (a plugin's call)."""
+    return one_env_spec(action_spec, observation_spec.ndim) if observation_spec is not None else action_spec
+
 
 def refuse_sequences(networks: ActorCriticNetworks, name: str, own: str | None = None) -> None:
     """TorchRL's actor-critic losses learn from single transitions: a one-line error for recurrent networks,

@@ -13,10 +13,14 @@ from typing import Any
 
 from tensordict.nn import TensorDictModuleBase
 
-from rlplug.core.actions import one_env_spec
 from rlplug.errors import UserError
 from rlplug.plugins.algorithms.offpolicy.config import REDQConfig
-from rlplug.plugins.algorithms.offpolicy.losses import default_target_entropy, refuse_sequences, with_learners
+from rlplug.plugins.algorithms.offpolicy.losses import (
+    default_target_entropy,
+    one_env_actions,
+    refuse_sequences,
+    with_learners,
+)
 from rlplug.plugins.algorithms.offpolicy.sac import ENTROPY_GROUPS, ENTROPY_TERMS, SAC
 from rlplug.registry import protocols
 from rlplug.registry.networks import ActorCriticNetworks
@@ -52,7 +56,7 @@ def torchrl_loss(networks: ActorCriticNetworks, settings: Any, observation_spec,
                 "alpha_init": settings.initial_entropy_coef, "fixed_alpha": not settings.learn_entropy_coef,
                 "target_entropy": default_target_entropy(settings, observation_spec, action_spec),
                 "loss_function": "l2"}
-    one_env = one_env_spec(action_spec, observation_spec.ndim)
-    loss = REDQLoss(networks["policy"], networks["critic"], action_spec=one_env, **unset_to(values, defaults))
+    loss = REDQLoss(networks["policy"], networks["critic"], action_spec=one_env_actions(action_spec, observation_spec),
+                    **unset_to(values, defaults))
     loss.target_entropy  # noqa: B018 (reading it registers its buffer)
     return with_learners(loss, settings.gamma, ENTROPY_GROUPS, ENTROPY_TERMS, weighted=False)

@@ -21,7 +21,6 @@ from typing import Any
 
 import torch
 
-from rlplug.core.actions import one_env_spec
 from rlplug.core.recurrent import ObservationSequence, RecurrentNetwork
 from rlplug.plugins.algorithms.offpolicy.actor_critic import Stochastic
 from rlplug.plugins.algorithms.offpolicy.config import REDQConfig, SACConfig
@@ -30,6 +29,7 @@ from rlplug.plugins.algorithms.offpolicy.losses import (
     Sample,
     TargetCritics,
     default_target_entropy,
+    one_env_actions,
     refuse_sequences,
     with_learners,
 )
@@ -93,7 +93,8 @@ ENTROPY_GROUPS = {"actor": "actor_network_params", "critic": "qvalue_network_par
 ENTROPY_TERMS = {"loss_actor": "actor", "loss_qvalue": "critic", "loss_alpha": "entropy"}
 
 
-def torchrl_loss(networks: ActorCriticNetworks, settings: Any, observation_spec, action_spec, **values: Any):
+def torchrl_loss(networks: ActorCriticNetworks, settings: Any, action_spec=None, *, observation_spec=None,
+                 **values: Any):
     """TorchRL's ``SACLoss`` with the algorithm's actor and first critic (TorchRL makes the twins), and one env's
     action spec (its ``"auto"`` target entropy counts one env's action dimensions); ``values``:
     the recipe's keys for it, unset ones the algorithm's."""
@@ -102,7 +103,7 @@ def torchrl_loss(networks: ActorCriticNetworks, settings: Any, observation_spec,
     from rlplug.plugins.algorithms.loss_parts import unset_to
 
     refuse_sequences(networks, "SACLoss")
-    one_env = one_env_spec(action_spec, observation_spec.ndim)
+    one_env = one_env_actions(action_spec, observation_spec)
     loss = SACLoss(networks["policy"], networks["critic"], action_spec=one_env,
                    **unset_to(values, entropy_defaults(settings)))
     return with_learners(loss, settings.gamma, ENTROPY_GROUPS, ENTROPY_TERMS)

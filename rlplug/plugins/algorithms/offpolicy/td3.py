@@ -17,12 +17,11 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import dispatch
 from torchrl.objectives import TD3Loss
 
-from rlplug.core.actions import one_env_spec
 from rlplug.networks import action_bounds
 from rlplug.plugins.algorithms.offpolicy.actor_critic import DelayedActor
 from rlplug.plugins.algorithms.offpolicy.config import TD3Config
 from rlplug.plugins.algorithms.offpolicy.ddpg import DDPGObjective
-from rlplug.plugins.algorithms.offpolicy.losses import Sample, refuse_sequences, with_learners
+from rlplug.plugins.algorithms.offpolicy.losses import Sample, one_env_actions, refuse_sequences, with_learners
 from rlplug.registry.networks import ActorCriticNetworks
 
 
@@ -101,7 +100,8 @@ class DelayableTD3Loss(TD3Loss):
         return TensorDict(loss_qvalue=loss_qvalue, **metadata)
 
 
-def torchrl_loss(networks: ActorCriticNetworks, settings: Any, observation_spec, action_spec, **values: Any):
+def torchrl_loss(networks: ActorCriticNetworks, settings: Any, action_spec=None, *, observation_spec=None,
+                 **values: Any):
     """TorchRL's ``TD3Loss`` with the algorithm's actor and first critic (TorchRL makes the twins), and one env's
     action bounds; ``values``: the recipe's keys for it, unset ones the algorithm's."""
     from rlplug.plugins.algorithms.loss_parts import unset_to
@@ -110,6 +110,6 @@ def torchrl_loss(networks: ActorCriticNetworks, settings: Any, observation_spec,
     defaults = {"policy_noise": settings.target_policy_noise, "noise_clip": settings.target_noise_clip,
                 "loss_function": "l2", "num_qvalue_nets": 2}
     loss = DelayableTD3Loss(networks["policy"], networks["critic"],
-                            action_spec=one_env_spec(action_spec, observation_spec.ndim), **unset_to(values, defaults))
+                            action_spec=one_env_actions(action_spec, observation_spec), **unset_to(values, defaults))
     return with_learners(loss, settings.gamma, {"actor": "actor_network_params", "critic": "qvalue_network_params"},
                          {"loss_actor": "actor", "loss_qvalue": "critic"})
