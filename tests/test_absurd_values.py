@@ -14,6 +14,7 @@ from conftest import CANONICAL, ROOT, run_cli, start_cli, wait_for
 from test_cli import assert_user_error
 
 DQN = ROOT / "recipes" / "cartpole-dqn.toml"
+RECIPES = ROOT / "recipes"
 
 
 @pytest.mark.parametrize("override, fragments", [
@@ -35,14 +36,47 @@ def test_absurd_sizes_are_refused_before_any_directory(tmp_path, override, fragm
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("recipe, override, fragments", [
+    ("cartpole-ppo", "algorithm.epochs=1e9", ["algorithm.epochs", "at most 10000", "passes over one batch"]),
+    ("cartpole-dqn", "algorithm.gradient_steps=1e9", ["algorithm.gradient_steps", "at most 100000", "hours"]),
+    ("pendulum-redq", "algorithm.gradient_steps=1e9", ["algorithm.gradient_steps", "at most 100000"]),
+    ("cartpole-ppo", "algorithm.entropy_coef=1e300", ["algorithm.entropy_coef", "at most 100", "outweigh"]),
+    ("pendulum-crossq", "algorithm.policy_delay=1e9", ["algorithm.policy_delay", "at most 1000", "almost never"]),
+    ("pendulum-td3", "algorithm.policy_delay=1e9", ["algorithm.policy_delay", "at most 1000"]),
+    ("pendulum-redq", "algorithm.critics=100000", ["algorithm.critics", "at most 1000", "copy of the critic"]),
+    ("pendulum-mpo", "algorithm.action_samples=1e9", ["algorithm.action_samples", "at most 10000", "memory"]),
+    ("cartpole-novel-ppo-lstm", "algorithm.policy.num_layers=100000",
+     ["algorithm.policy.num_layers", "at most 100", "one after another"]),
+    ("cartpole-novel-ppo-lstm", "algorithm.sequence_length=100000",
+     ["algorithm.sequence_length", "must divide frames_per_batch", "100000"]),
+])
+def test_sizes_that_would_hold_a_run_for_hours_are_refused_with_the_reason(tmp_path, recipe, override, fragments):
+    """Each was accepted and then ran silent for minutes (or failed at the first update, or in an allocation):
+    now one line at validation saying what the value would cost, and no run directory."""
+    result = run_cli("run", str(RECIPES / f"{recipe}.toml"), "--out", str(tmp_path / "run"),
+                     "--set", "run.total_frames=512", "--set", override)
+    assert_user_error(result, *fragments)
+    assert not (tmp_path / "run").exists()
+
+
+def test_rlplug_set_refuses_what_run_refuses(run_dir):
+    """``rlplug set`` validates with the same schema: a billion epochs is refused there too, and nothing is
+    queued for the run."""
+    before = sorted(p.name for p in run_dir.iterdir())
+    result = run_cli("set", str(run_dir), "algorithm.epochs=1000000000")
+    assert_user_error(result, "algorithm.epochs", "at most 10000")
+    assert sorted(p.name for p in run_dir.iterdir()) == before
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe, overrides", [
-    (CANONICAL, ["algorithm.epochs=1000000000"]),
-    (DQN, ["algorithm.gradient_steps=100000000", "algorithm.learning_starts=0"]),
+    (CANONICAL, ["algorithm.epochs=10000", "algorithm.num_minibatches=256"]),
+    (DQN, ["algorithm.gradient_steps=100000", "algorithm.learning_starts=0"]),
 ], ids=["ppo-epochs", "dqn-gradient-steps"])
 def test_a_signal_stops_a_long_update_between_gradient_steps(tmp_path, recipe, overrides):
-    """An update of a billion epochs (or a hundred million gradient steps) would hold a stop for days: SIGTERM
-    ends it at the next step, with a checkpoint eval can load. Before the stop between steps, it timed out."""
+    """An update of the most epochs (of one-frame minibatches) or gradient steps a recipe may ask for would hold
+    a stop for many minutes: SIGTERM ends it at the next step, with a checkpoint eval can load. Before the stop
+    between steps, it timed out."""
     out = tmp_path / "run"
     sets = [arg for override in overrides for arg in ("--set", override)]
     process = start_cli("run", str(recipe), "--out", str(out), "--set", "run.checkpoint_every_frames=0", *sets)

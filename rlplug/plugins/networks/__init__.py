@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+from rlplug.plugins.limits import Limit
 from rlplug.registry.hookspecs import hookimpl
 from rlplug.registry.schema import Check, Range
 
@@ -184,7 +185,9 @@ def recurrent_factory(cell: Literal["lstm", "gru"]):
         #: features of the recurrent layer's hidden state
         hidden_size: Annotated[int, Range(ge=1)] = 64,
         #: stacked recurrent layers
-        num_layers: Annotated[int, Range(ge=1)] = 1,
+        num_layers: Annotated[int, Range(ge=1), Limit(100, "every step runs through the layers one after "
+                                                           "another: far more takes minutes to build and each step "
+                                                           "as long (typical: 1 to 3)")] = 1,
         #: sizes of the head's hidden layers, after the recurrent layers
         hidden: list[Annotated[int, Range(ge=1)]] = [64],  # noqa: B006 (the schema copies defaults)
         #: the activation after each of the head's hidden layers

@@ -34,6 +34,7 @@ from rlplug.plugins.algorithms.common import (
     named,
     rate_problem,
 )
+from rlplug.plugins.limits import Limit
 from rlplug.registry.components import Loss, Network, Noise, Preprocessor, ReplayBuffer
 from rlplug.registry.schema import Check, Range
 
@@ -57,6 +58,21 @@ CROSSQ_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("crossq"))]
 REDQ_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("redq"))]
 DQN_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("dqn"))]
 MPO_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("mpo"))]
+#: gradient steps per update: far more holds the run on one update for hours (DQN recipes take 1 to a few hundred)
+GradientSteps: TypeAlias = Annotated[int, Range(ge=1), Limit(100_000, "one update would take that many gradient "
+                                                                      "steps, hours on one batch of frames")]
+#: critic steps per actor step: far more and the actor is almost never updated
+PolicyDelay: TypeAlias = Annotated[int, Range(ge=1), Limit(1_000, "the actor would be updated once every that many "
+                                                                  "critic steps, so almost never (typical: 1 to 3)")]
+#: REDQ's ensemble: every critic is a copy of the critic network, each updated at every gradient step
+Critics: TypeAlias = Annotated[int, Range(ge=2), Limit(1_000, "each critic is a copy of the critic network, all "
+                                                              "updated at every gradient step: far more takes "
+                                                              "minutes per step and the memory of that many networks "
+                                                              "(the paper: 10)")]
+#: MPO's actions per state: each gradient step values batch_size x action_samples actions at once
+ActionSamples: TypeAlias = Annotated[int, Range(ge=1), Limit(10_000, "each gradient step values batch_size x "
+                                                                     "action_samples actions at once, beyond "
+                                                                     "memory (typical: 20)")]
 
 
 @dataclass(frozen=True)
@@ -68,7 +84,7 @@ class OffPolicyConfig:
     #: env steps (per env) collected between updates: frames_per_batch = num_envs x steps_per_update
     steps_per_update: Count = 1
     #: gradient steps per update
-    gradient_steps: Count = 1
+    gradient_steps: GradientSteps = 1
     #: transitions sampled for each gradient step
     batch_size: Count = 64
     #: discount factor
@@ -140,7 +156,7 @@ class DelayedActorConfig:
     """An actor updated less often than the critics."""
 
     #: update the actor (and any target networks) once every this many critic steps
-    policy_delay: Count = 2
+    policy_delay: PolicyDelay = 2
 
 
 @dataclass(frozen=True)
@@ -201,11 +217,11 @@ class REDQConfig(SoftActorCriticConfig):
     #: what each gradient step minimises: TorchRL's REDQLoss (built with these networks)
     loss: REDQ_LOSS = named(Loss, "REDQLoss")
     #: the critics of the ensemble (N), each a copy of the critic network
-    critics: Annotated[int, Range(ge=2)] = 10
+    critics: Critics = 10
     #: the target is the lowest of this many critics drawn at random for each gradient step (M, fewer than N)
     subset_size: Count = 2
     #: gradient steps per update: with steps_per_update = 1, the update-to-data ratio (G)
-    gradient_steps: Count = 20
+    gradient_steps: GradientSteps = 20
     #: learning rate: a number, or a pair [actor, critic]
     lr: LearningRate = 3e-4
 
@@ -217,7 +233,7 @@ class CrossQConfig(DelayedActorConfig, EntropyConfig):
     #: what each gradient step minimises: rlplug's CrossQ loss, or TorchRL's CrossQLoss (built with these networks)
     loss: CROSSQ_LOSS = named(Loss, "crossq-loss")
     #: update the actor and the entropy coefficient once every this many critic steps
-    policy_delay: Count = 3
+    policy_delay: PolicyDelay = 3
 
 
 @dataclass(frozen=True)
@@ -230,7 +246,7 @@ class MPOConfig(PolyakTargets, ActorCriticConfig):
     #: what each gradient step minimises: rlplug's MPO loss (built with these networks)
     loss: MPO_LOSS = named(Loss, "mpo-loss")
     #: actions drawn from the target policy for each sampled state (the E-step's and the critic's target's)
-    action_samples: Count = 20
+    action_samples: ActionSamples = 20
     #: the E-step's bound on the KL of the reweighted samples from the target policy (sets the temperature)
     epsilon: Positive = 0.1
     #: the M-step's bound on the KL of the policy's mean from the target policy's

@@ -13,8 +13,9 @@ from typing import Annotated, Any, TypeAlias
 
 from rlplug.errors import RlplugWarning, UserError
 from rlplug.plugins.algorithms.common import OPTIMIZERS, SCHEDULES, Count, NonNegative, Positive, Rate, loss_fits, named
+from rlplug.plugins.limits import Limit
 from rlplug.registry.components import Estimator, Loss, Network
-from rlplug.registry.schema import Check
+from rlplug.registry.schema import Check, Range
 
 #: each algorithm's ``loss`` key: a loss that serves it
 A2C_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("a2c"))]
@@ -23,6 +24,13 @@ PPO_KL_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("ppo-kl"))]
 VPG_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("vpg"))]
 SURROGATE_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("surrogate"))]
 IMPALA_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("impala"))]
+#: passes over each batch: an update of more holds the run for hours on one batch (PPO takes 3 to 30)
+Epochs: TypeAlias = Annotated[int, Range(ge=1), Limit(10_000, "each update would make that many passes over one "
+                                                       "batch, hours of gradient steps on the same frames (PPO "
+                                                       "takes 3 to 30)")]
+#: the entropy bonus's weight: far above the return's scale it is all the loss optimises, and it overflows
+EntropyCoef: TypeAlias = Annotated[float, Range(ge=0.0), Limit(100, "the entropy bonus would outweigh any return "
+                                                                    "and overflow the loss (typical: 0 to 0.1)")]
 
 
 @dataclass(frozen=True)
@@ -48,7 +56,7 @@ class OnPolicyConfig:
     #: frames collected (over all envs) for each update
     frames_per_batch: Count = 2048
     #: passes over each batch per update
-    epochs: Count = 10
+    epochs: Epochs = 10
     #: frames per minibatch; ``num_minibatches``, when given, decides instead
     minibatch_size: Count = 64
     #: split each batch into this many minibatches (overrides minibatch_size)
@@ -66,7 +74,7 @@ class OnPolicyConfig:
     #: clip the global gradient norm to this (unset: no clipping)
     max_grad_norm: Positive | None = 0.5
     #: weight of the entropy bonus in the loss
-    entropy_coef: NonNegative = 0.0
+    entropy_coef: EntropyCoef = 0.0
     #: weight of the critic's value loss in the loss
     value_coef: NonNegative = 0.5
     #: clip the new value prediction to within this distance of the value at collection time
@@ -77,6 +85,15 @@ class OnPolicyConfig:
     #: frames_per_batch / num_envs; unset: the whole row); minibatches hold minibatch_size / sequence_length
     #: whole sequences
     sequence_length: Count | None = None
+
+    def __post_init__(self) -> None:
+        """What the table alone tells of sequences, checked as the algorithm is built (before the run directory
+        is made), not at the first update: a sequence is cut from each env's share of the batch."""
+        length = self.sequence_length
+        if length is not None and self.frames_per_batch % length:
+            raise UserError(f"must divide frames_per_batch ({self.frames_per_batch}; each env's share of it, "
+                            f"frames_per_batch / num_envs, is cut into sequences of this many steps), got {length}",
+                            path="algorithm.sequence_length")
 
     def schedule(self) -> str:
         if self.anneal_lr and self.lr_schedule not in ("constant", "linear"):
@@ -133,7 +150,7 @@ class VPGConfig(OnPolicyConfig):
     loss: VPG_LOSS = named(Loss, "policy-gradient-loss")
     advantage: Estimator = named(Estimator, "mc")
     value_target: Estimator | None = None
-    epochs: Count = 1
+    epochs: Epochs = 1
     num_minibatches: Count | None = 1
     lr: Rate = 1e-3
 
@@ -143,7 +160,7 @@ class A2CConfig(OnPolicyConfig):
     """Advantage actor-critic: one RMSprop policy-gradient step per short rollout (SB3's A2C defaults)."""
 
     frames_per_batch: Count = 40
-    epochs: Count = 1
+    epochs: Epochs = 1
     num_minibatches: Count | None = 1
     optimizer: OPTIMIZERS = "rmsprop"
     lr: Rate = 7e-4
@@ -176,11 +193,11 @@ class ImpalaConfig(OnPolicyConfig):
     loss: IMPALA_LOSS = named(Loss, "policy-gradient-loss")
     frames_per_batch: Count = 256
     #: passes over each rollout (the paper: 1)
-    epochs: Count = 1
+    epochs: Epochs = 1
     num_minibatches: Count | None = 1
     optimizer: OPTIMIZERS = "rmsprop"
     lr: Rate = 6e-4
     max_grad_norm: Positive | None = 40.0
-    entropy_coef: NonNegative = 0.01
+    entropy_coef: EntropyCoef = 0.01
     value_coef: NonNegative = 0.5
     normalize_advantages: bool = False
