@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from rlplug.errors import RecipeError, UserError
+from rlplug.plugins.loggers import shared_file_problem
 from rlplug.registry import get_registry, resolve
 from rlplug.registry.components import Algorithm, Callback, Env, Logger, Runner
 from rlplug.registry.schema import Check, Range, convert
@@ -123,7 +124,7 @@ class EvalSettings:
 
 def default_loggers() -> list[Any]:
     """The loggers a recipe without ``[[loggers]]`` gets, as recipe tables: validation makes them components."""
-    return [{"use": "console"}, {"use": "csv"}]
+    return [{"use": "rlplug:console"}, {"use": "rlplug:csv"}]
 
 
 @dataclass(frozen=True)
@@ -132,9 +133,9 @@ class Recipe:
     algorithm: Algorithm
     run: RunSettings = RunSettings()
     eval: EvalSettings = EvalSettings()
-    loggers: list[Logger] = field(default_factory=default_loggers)
+    loggers: Annotated[list[Logger], Check(shared_file_problem)] = field(default_factory=default_loggers)
     #: where experience is collected: "local" (this process) or "ray" (workers; [runner] use = "ray")
-    runner: Runner = "local"  # type: ignore[assignment]  # a name, made a component on validation
+    runner: Runner = "rlplug:local"  # type: ignore[assignment]  # a name, made a component on validation
     #: told of updates, evaluations and checkpoints; may log values and stop the run ([[callbacks]])
     callbacks: list[Callback] = field(default_factory=list)
     provenance: dict[str, Any] | None = None

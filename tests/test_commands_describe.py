@@ -69,7 +69,7 @@ def test_show_an_algorithm_by_kind_and_name_with_descriptions_from_comments():
         assert f"  {key} " in out, key
     for context in ("observation_spec", "action_spec", "total_frames"):
         assert context in out
-    assert "\"mlp\"" in out and "\"gae\"" in out  # nested components' defaults
+    assert "\"rlplug:mlp\"" in out and "\"rlplug:gae\"" in out  # nested components' defaults, qualified
 
 
 def test_show_a_qualified_network():

@@ -307,3 +307,51 @@ def test_cli_lists_the_installed_example_plugin():
     (estimator,) = [c for c in components["estimator"] if c["name"] == "mc-return"]
     assert corridor["plugin"] == estimator["plugin"] == "example"
     assert {"name": "length", "type": "int", "default": 5} in corridor["parameters"]
+
+
+# --- built-in defaults are rlplug's own, whatever else is installed ----------------------------------------
+
+CLASHING_LOSSES = '''
+import rlplug
+
+
+def make_clash(networks=None, settings=None):
+    """A loss of a third-party package that happens to share rlplug's names."""
+    raise AssertionError("never built: the shipped recipes do not name it")
+
+
+@rlplug.hookimpl
+def rlplug_register_losses(register):
+    for name in ("sac-loss", "ppo-loss", "ddpg-loss", "td3-loss", "dqn-loss", "policy-gradient-loss"):
+        register(name, make_clash)
+
+
+@rlplug.hookimpl
+def rlplug_register_runners(register):
+    register("local", make_clash)
+'''
+
+
+def test_a_package_sharing_default_names_leaves_the_shipped_recipes_working(install, monkeypatch):
+    """A default the recipe never wrote is rlplug's own component, not whichever package shares its bare name
+    (before: 'algorithm.loss.use: 'sac-loss' is ambiguous' on the unchanged pendulum-sac.toml)."""
+    from rlplug.recipe import load
+    from rlplug.registry import manager
+
+    install({"clash": CLASHING_LOSSES})
+    monkeypatch.setattr(manager, "_cache", {})
+    assert manager.get_registry().lookup("loss", "clash:sac-loss").plugin == "clash"
+
+    checked = 0
+    for path in sorted((ROOT / "recipes").glob("*.toml")):
+        try:
+            recipe = load(path)
+        except UserError as error:
+            if "pip install" in str(error):  # an env of an extra this venv lacks (atari, mujoco, dm_control)
+                continue
+            raise
+        assert recipe.algorithm.params["loss"].spec.plugin == "rlplug", path.name
+        assert recipe.runner.spec.plugin == "rlplug", path.name
+        checked += 1
+    assert checked >= 15
+    assert load(ROOT / "recipes" / "pendulum-sac.toml").algorithm.params["loss"].spec.name == "sac-loss"

@@ -57,7 +57,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     from rlplug.run.trainer import Run
 
     with tempfile.TemporaryDirectory(prefix="rlplug-export-") as scratch:
-        run, _ = Run.from_checkpoint(checkpoint, Path(scratch) / "run", changes={"runner": {"use": "local"}},
+        run, _ = Run.from_checkpoint(checkpoint, Path(scratch) / "run", changes={"runner": {"use": "rlplug:local"}},
                                      allow_unverified=args.allow_unverified)
         try:
             path, item = export(run, args.output, args.fmt)

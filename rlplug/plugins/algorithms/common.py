@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeVar
 
 from rlplug.registry.components import Component
+from rlplug.registry.manager import BUILTIN_PLUGIN
 from rlplug.registry.schema import Check, Range
 
 Count = Annotated[int, Range(ge=1)]
@@ -42,13 +43,14 @@ ComponentT = TypeVar("ComponentT", bound=Component)
 
 
 def named(kind: type[ComponentT], name: str) -> ComponentT:
-    """The default of a config field typed as a component ``kind``: the component registered as ``name``.
+    """The default of a config field typed as a component ``kind``: the component rlplug registers as ``name``.
 
-    The field keeps the plain name as its default (what ``rlplug show`` prints and a recipe may write); the
-    schema turns the name into a validated ``kind`` component before the config is made, so an algorithm
-    reading the field always finds a ``kind``. Only the static type changes here: ``name`` is returned as is.
+    The default is the qualified name (``rlplug:sac-loss``): a package registering a component of the same bare
+    name makes the bare name ambiguous, and a recipe that never wrote the key must not fail for it. The schema
+    turns the name into a validated ``kind`` component before the config is made, so an algorithm reading the
+    field always finds a ``kind``. A name already qualified (``"myplugin:my-loss"``) is kept as it is.
     """
-    return typing.cast(ComponentT, name)
+    return typing.cast(ComponentT, name if ":" in name else f"{BUILTIN_PLUGIN}:{name}")
 
 
 @functools.cache
