@@ -27,7 +27,7 @@ from rlplug.core.env_members import as_evaluation_env, env_capability
 from rlplug.core.heads import observation_key
 from rlplug.core.training import compile_update
 from rlplug.errors import UserError
-from rlplug.recipe import EVAL_SEED_OFFSET
+from rlplug.recipe import EVAL_SEED_OFFSET, MAX_EVAL_EPISODES
 from rlplug.registry import protocols
 from rlplug.run import changes, start
 from rlplug.run.batched import BatchedRun
@@ -115,6 +115,12 @@ class Agent:
         end); ``compile=True``, the update compiled from now on (``run.compile``; a compiled update cannot be
         undone in the process, so ``compile=False`` on a compiled run is refused). Tables and numbers are validated
         as the recipe is, and recorded in it (checkpoints and ``resume`` keep them)."""
+        for name, value, least in (("max_frames", max_frames, 1), ("max_episodes", max_episodes, 1),
+                                   ("max_iters", max_iters, 1), ("eval_every", eval_every, 0)):
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < least):
+                # 0 and negative limits read as "no limit" below them and trained to the end
+                raise UserError(f"train({name}={value!r}): expected a whole number of at least {least}, or None "
+                                f"for no limit")
         changes = {key: value for key, value in (
             ("run.log_every_frames", log_every_frames), ("eval.episodes", eval_episodes),
             ("run.checkpoint_every_frames", checkpoint_every_frames), ("run.compile", compile),
@@ -168,6 +174,9 @@ class Agent:
             return self.run.evaluate()
         if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
             raise UserError(f"evaluate(episodes={episodes!r}): expected a whole number of at least 1")
+        if episodes > MAX_EVAL_EPISODES:  # the bound eval.episodes and eval --episodes have
+            raise UserError(f"evaluate(episodes={episodes}): at most {MAX_EVAL_EPISODES}: more episodes take days "
+                            f"and add nothing to the mean return")
         recipe = self.run.recipe
         env = self.run.eval_env if self.run.eval_env_borrowed else build_eval_env(recipe, episodes)
         try:
@@ -180,6 +189,7 @@ class Agent:
     @torch.no_grad()
     def act(self, observation: TensorDictBase, deterministic: bool = True) -> TensorDictBase:
         """The policy on a TensorDict of observations (TorchRL's layout); writes ``action`` into it."""
+        check_tensordict(self.run.env.observation_spec, self.run.algorithm.policy, observation)
         kind = ExplorationType.DETERMINISTIC if deterministic else ExplorationType.RANDOM
         with set_exploration_type(kind):
             return self.run.algorithm.policy(observation)
@@ -192,6 +202,7 @@ class Agent:
         gymnasium env gives them (a Dict observation as a dict of arrays of its Box entries); the recipe's
         observation normalisation (with the statistics learned so far) is applied here, as in training."""
         env = self.run.env
+        check_observation(env.observation_spec, observation)
         normalize = env_capability(env, protocols.Env.normalize_observation)
         if normalize:
             observation = normalize(observation)
@@ -245,6 +256,73 @@ def recipe_data(recipe: str | Path | Mapping[str, Any], overrides: Mapping[str, 
     for key, value in flatten(overrides).items():
         recipes.set_value(data, key, value, file=file)
     return data, file, name
+
+
+def check_observation(observation_spec, observation: Any) -> None:
+    """A :class:`UserError` naming what ``select_action``'s ``observation`` should be, where it is not one
+    observation (or a batch of them) of the env's shapes, numeric and finite: torch's own errors ("mat1 and mat2
+    shapes cannot be multiplied") name neither the argument nor the shape, and a NaN gives a NaN action."""
+    spec = observation_spec[observation_key(observation_spec)]
+    if isinstance(spec, Composite):
+        if not isinstance(observation, Mapping):
+            raise UserError(f"select_action(observation=...): this env's observations are a dict of "
+                            f"{', '.join(map(repr, spec.keys()))}, got {type(observation).__name__}")
+        for name in spec.keys():
+            if name in observation:
+                _check_entry(f"observation[{name!r}]", spec[name], observation_spec.ndim, observation[name])
+        return
+    _check_entry("observation", spec, observation_spec.ndim, observation)
+
+
+def _check_entry(what: str, spec, env_dims: int, value: Any) -> None:
+    shape = tuple(spec.shape[env_dims:])
+    expected = (f"an array of shape {shape} ({spec.dtype}), or a batch of them of shape (N, "
+                f"{', '.join(map(str, shape))})")
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError):  # ragged nested lists, objects numpy cannot make an array of
+        array = None
+    if array is None or array.dtype.kind not in "biuf":
+        raise UserError(f"select_action({what}=...): expected {expected}, got {_described(value)}")
+    if array.shape != shape and array.shape[1:] != shape:
+        raise UserError(f"select_action({what}=...): expected {expected}, got shape {array.shape}")
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        raise UserError(f"select_action({what}=...): it holds NaN or infinity; a policy can only act on finite "
+                        f"observations")
+
+
+def _described(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
+
+
+def check_tensordict(observation_spec, policy: Any, observation: Any) -> None:
+    """A :class:`UserError` where ``act``'s ``observation`` is not a TensorDict holding the policy's inputs with
+    the env's shapes (batch dimensions first)."""
+    keys = [key for key in getattr(policy, "in_keys", []) if key in observation_spec.keys(True)]
+    env_dims = observation_spec.ndim
+
+    def described(key: Any) -> str:
+        spec = observation_spec[key]
+        return repr(key) if isinstance(spec, Composite) else \
+            f"{key!r} of shape [..., {', '.join(map(str, spec.shape[env_dims:]))}]"
+
+    shown = ", ".join(map(described, keys))
+    if not isinstance(observation, TensorDictBase):
+        raise UserError(f"act(observation=...): expected a TensorDict holding {shown or 'the observations'} "
+                        f"(select_action takes numpy observations), got {type(observation).__name__}")
+    for key in keys:
+        spec = observation_spec[key]
+        shape = tuple(spec.shape[env_dims:])
+        value = observation.get(key, None)
+        if value is None or isinstance(spec, Composite) != isinstance(value, TensorDictBase):
+            raise UserError(f"act(observation=...): the TensorDict has no {key!r} of this env's kind; expected "
+                            f"{shown}")
+        if isinstance(spec, Composite):
+            continue
+        if tuple(value.shape[observation.batch_dims:]) != shape:
+            raise UserError(f"act(observation=...): {key!r} has shape {tuple(value.shape)} for batch size "
+                            f"{tuple(observation.batch_size)}; expected {shape} after the batch dimensions")
 
 
 def observation_batch(observation_spec, observation) -> tuple[torch.Tensor | TensorDict, bool]:

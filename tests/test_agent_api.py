@@ -8,7 +8,10 @@ import signal
 import tomllib
 from collections import Counter
 
+import numpy as np
 import pytest
+import torch
+from tensordict import TensorDict
 
 import rlplug
 from conftest import CANONICAL, ROOT, one_line_error, run_cli, start_cli, wait_for
@@ -133,3 +136,48 @@ def test_the_command_line_and_the_api_share_one_start():
     for moved in ("train_until_done_or_stopped", "run_seeds", "resume_batched", "stopped_by"):
         assert not hasattr(command, moved), moved
     one_line_error(run_cli("run", str(CANONICAL), "--batched"), "--seeds")
+
+
+@pytest.fixture(scope="module")
+def cartpole(tmp_path_factory):
+    """A CartPole PPO agent, built once (nothing here trains it far)."""
+    agent = rlplug.Agent.from_recipe(CANONICAL, out=tmp_path_factory.mktemp("api") / "run",
+                                     **{"run.total_frames": 256, "eval.episodes": 1})
+    yield agent
+    agent.close()
+
+
+@pytest.mark.parametrize("call, fragments", [
+    (lambda a: a.select_action(np.zeros(3)), ["select_action(observation=...)", "shape (4,)", "(N, 4)",
+                                              "got shape (3,)"]),
+    (lambda a: a.select_action(np.zeros((2, 5))), ["select_action(observation=...)", "(N, 4)", "got shape (2, 5)"]),
+    (lambda a: a.select_action("hello"), ["select_action(observation=...)", "shape (4,)", "got str 'hello'"]),
+    (lambda a: a.select_action(np.array([0.0, np.nan, 0.0, 0.0])), ["select_action(observation=...)", "NaN"]),
+    (lambda a: a.act({"observation": 1}), ["act(observation=...)", "TensorDict", "'observation' of shape [..., 4]",
+                                           "got dict"]),
+    (lambda a: a.act(TensorDict({"observation": torch.zeros(3)}, [])), ["act(observation=...)", "expected (4,)"]),
+    (lambda a: a.act(TensorDict({"obs": torch.zeros(4)}, [])), ["act(observation=...)", "no 'observation'"]),
+    (lambda a: a.train(max_frames="10"), ["train(max_frames='10')", "whole number"]),
+    (lambda a: a.train(max_frames=-5), ["train(max_frames=-5)", "at least 1"]),
+    (lambda a: a.train(max_episodes=0), ["train(max_episodes=0)", "at least 1"]),
+    (lambda a: a.train(max_iters=2.5), ["train(max_iters=2.5)", "whole number"]),
+    (lambda a: a.evaluate(episodes=10**9), ["evaluate(episodes=1000000000)", "at most 100000"]),
+], ids=["short-observation", "wide-batch", "string", "nan", "act-dict", "act-shape", "act-key", "max-frames-str",
+        "max-frames-negative", "max-episodes-zero", "max-iters-float", "evaluate-billion"])
+def test_bad_arguments_are_one_clear_error_naming_the_argument(cartpole, call, fragments):
+    """Each went down to torch (a shape error naming neither argument nor shape, a NaN action), hung (a billion
+    evaluation episodes) or trained to the end (a limit of 0 or below): now one UserError, nothing trained."""
+    with pytest.raises(rlplug.UserError) as caught:
+        call(cartpole)
+    message = str(caught.value)
+    assert "\n" not in message
+    for fragment in fragments:
+        assert fragment in message, (fragment, message)
+    assert cartpole.frames == 0
+
+
+def test_good_observations_still_give_actions(cartpole):
+    assert cartpole.select_action(np.zeros(4, dtype=np.float32)) in (0, 1)
+    assert cartpole.select_action([0.0, 0.0, 0.0, 0.0]) in (0, 1)
+    assert cartpole.select_action(np.zeros((3, 4))).shape == (3,)
+    assert cartpole.act(TensorDict({"observation": torch.zeros(5, 4)}, [5]))["action"].shape[0] == 5
