@@ -202,3 +202,41 @@ def test_a_resumed_run_ends_as_the_run_left_alone(tmp_path):
     ends = [torch.load(run / "checkpoint.pt", weights_only=False)["algorithm"]["policy"] for run in (whole, halves)]
     assert ends[0].keys() == ends[1].keys()
     assert all(torch.equal(ends[0][key], ends[1][key]) for key in ends[0])
+
+
+def test_the_mountain_car_keeps_gymnasiums_precision_over_long_episodes():
+    """gymnasium's mountain car steps float32 numpy scalars (float64 at an episode's first step, a Python float
+    where the action is clipped): over whole 999-step episodes, the car pushed with and without clipping, to the
+    flag, against the left wall and at its top speed, every observation, reward and flag is gymnasium's exactly
+    (a step in float64 arithmetic drifts by 1e-5 within a few thousand steps)."""
+    env_id, copies, steps = "MountainCarContinuous-v0", 8, 1100
+    rng = np.random.default_rng(2)
+    twins = [gym.make(env_id, disable_env_checker=True) for _ in range(copies)]
+    env = rlplug.make("env", "torch-classic", id=env_id, num_envs=copies)
+    observations = np.stack([twin.reset(seed=k)[0] for k, twin in enumerate(twins)])
+    env.reset_arrays(seed=0)
+    env.state = torch.tensor(np.stack([np.asarray(t.unwrapped.state, dtype=np.float64) for t in twins]))
+    seen = {"terminated": 0, "truncated": 0, "wall": 0, "top speed": 0, "clipped": 0, "within": 0}
+    for _ in range(steps):
+        # half the copies pushed along their velocity (to the flag, two of them turned back short of it to fall
+        # at full speed), half at random (to the time limit); often past the bounds
+        pushes = rng.uniform(0.3, 1.3, (copies, 1)) * np.where(rng.random((copies, 1)) < 0.1, -1, 1)
+        along = np.sign(observations[:, 1:]) * pushes
+        along[2:4] = np.where(observations[2:4, :1] > 0.4, -1.3, along[2:4])
+        actions = np.where(np.arange(copies)[:, None] < copies // 2, along, rng.uniform(-1.3, 1.3, (copies, 1)))
+        actions = actions.astype(np.float32)
+        ours = env.step_arrays(actions)[:4]
+        for k, twin in enumerate(twins):
+            observation, reward, terminated, truncated, _ = twin.step(actions[k])
+            assert np.array_equal(ours[0][k], observation), (k, ours[0][k], observation)
+            assert ours[1][k] == np.float32(reward) and ours[2][k] == terminated and ours[3][k] == truncated
+            seen["terminated"] += terminated
+            seen["truncated"] += truncated
+            seen["wall"] += bool(observation[0] == np.float32(-1.2))
+            seen["top speed"] += bool(abs(observation[1]) == np.float32(0.07))
+            seen["clipped" if abs(actions[k, 0]) > 1 else "within"] += 1
+            if terminated or truncated:
+                observation = twin.reset(seed=int(rng.integers(2**31)))[0]
+                env.state[k] = torch.from_numpy(np.asarray(twin.unwrapped.state, dtype=np.float64))
+            observations[k] = observation
+    assert all(seen.values()), seen

@@ -311,7 +311,11 @@ def wrap_angle(angle: torch.Tensor) -> torch.Tensor:
 class MountainCarContinuous(ClassicControl):
     """gymnasium's ``MountainCarContinuous-v0``: a car in a valley pushed by a force in [-1, 1]; 100 for
     reaching the flag, less 0.1 times the squared action (the action as given, unclipped) every step.
-    gymnasium keeps its state in float32 after the first step; so does this (in float64 storage)."""
+
+    gymnasium steps numpy scalars: its start state is float64 and every later one float32, and NumPy 2 computes
+    a float32 scalar with a Python float in float32 (comparisons too), while a clipped action becomes a Python
+    float. Each step here keeps to those precisions (float64 at an episode's first step, float32 after), or
+    the rounding differences add up over long episodes."""
 
     env_id, max_steps, state_size = "MountainCarContinuous-v0", 999, 2
     MIN_POSITION, MAX_POSITION, MAX_SPEED, GOAL_POSITION, GOAL_VELOCITY, POWER = -1.2, 0.6, 0.07, 0.45, 0.0, 0.0015
@@ -324,17 +328,33 @@ class MountainCarContinuous(ClassicControl):
         return state.to(torch.float32)
 
     def advance(self, state, action):
+        pushed = action[:, 0]  # float32, as gymnasium's action
         position, velocity = state.unbind(-1)
-        pushed = action[:, 0]
-        force = pushed.clamp(-1.0, 1.0)
-        slope = 0.0025 * torch.cos((3 * position).to(torch.float32).to(F64))
-        velocity = velocity + (force * self.POWER - slope.to(torch.float32)).to(F64)
-        velocity = velocity.clamp(-self.MAX_SPEED, self.MAX_SPEED)
-        position = (position + velocity).clamp(self.MIN_POSITION, self.MAX_POSITION)
-        velocity = torch.where((position == self.MIN_POSITION) & (velocity < 0), 0.0, velocity)
-        terminated = (position >= self.GOAL_POSITION) & (velocity >= self.GOAL_VELOCITY)
+        first = self.elapsed == 0  # the state is still the float64 start state
+        position, velocity, terminated = (
+            torch.where(first, *pair) for pair in zip(self.move(position, velocity, pushed),
+                                                      self.move(position.to(torch.float32),
+                                                                velocity.to(torch.float32), pushed)))
         reward = torch.where(terminated, 100.0, 0.0).to(F64) - pushed.to(F64).square() * 0.1
-        return as_float32(torch.stack((position, velocity), -1)), reward, terminated
+        return torch.stack((position, velocity), -1).to(torch.float32).to(F64), reward, terminated
+
+    def move(self, position: torch.Tensor, velocity: torch.Tensor,
+             pushed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """gymnasium's step in the precision of ``position`` and ``velocity`` (float64 or float32): the next
+        position and velocity (as float64) and whether the car reached the flag."""
+        dtype = position.dtype
+        def bound(value: float) -> torch.Tensor:  # a Python float as numpy meets it beside a scalar of dtype
+            return torch.tensor(value, dtype=dtype, device=position.device)
+        slope = 0.0025 * torch.cos((3 * position).to(F64))  # math.cos of the scalar: a Python float
+        clipped = pushed.abs() > 1.0  # min(max(action, -1.0), 1.0) gives a Python float: float64 arithmetic
+        force = pushed.clamp(-1.0, 1.0)
+        kept = force * torch.tensor(self.POWER, dtype=torch.float32) - slope.to(torch.float32)  # float32 arithmetic
+        velocity = velocity + torch.where(clipped, force.to(F64) * self.POWER - slope, kept.to(F64)).to(dtype)
+        velocity = velocity.clamp(bound(-self.MAX_SPEED), bound(self.MAX_SPEED))
+        position = (position + velocity).clamp(bound(self.MIN_POSITION), bound(self.MAX_POSITION))
+        velocity = torch.where((position == bound(self.MIN_POSITION)) & (velocity < 0), 0.0, velocity)
+        terminated = (position >= bound(self.GOAL_POSITION)) & (velocity >= bound(self.GOAL_VELOCITY))
+        return position.to(F64), velocity.to(F64), terminated
 
 
 #: the envs by gymnasium id (the registration's list, rlplug.plugins.envs.TORCH_CLASSIC_IDS, names the same)
