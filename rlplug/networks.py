@@ -16,11 +16,16 @@ TensorDict of named entries (:func:`observation_entries`). :func:`image_encoder`
 encoder (images as envs give them, and a Dict's other entries) for a network of your own: hand it to
 :func:`with_head` or :func:`wrap` as ``encoder``. These names stay as they are across rlplug releases; the
 modules behind them (``rlplug.core``) may move.
+
+A role may ask for several outputs per value (:class:`Role`: a critic of 25 quantiles is ``Role("q_value",
+outputs=25)``, still equal to ``"q_value"``); :func:`output_size` counts them, so a network sized by it serves
+such roles unchanged, and :func:`outputs_of` reads the count.
 """
 
 from rlplug.core.heads import (
                                HEAD_GAIN,
                                ROLES,
+                               Role,
                                action_bounds,
                                action_size,
                                input_size,
@@ -29,6 +34,7 @@ from rlplug.core.heads import (
                                observation_key,
                                observation_shape,
                                output_size,
+                               outputs_of,
                                share_body,
                                trunk_input_size,
                                with_head,
@@ -37,6 +43,7 @@ from rlplug.core.heads import (
 from rlplug.core.images import image_encoder
 from rlplug.core.layers import HIDDEN_GAIN, LAYERS, build_layers, features, linear
 
-__all__ = ["ROLES", "HEAD_GAIN", "HIDDEN_GAIN", "LAYERS", "observation_key", "observation_shape", "input_size",
+__all__ = ["ROLES", "Role", "outputs_of", "HEAD_GAIN", "HIDDEN_GAIN", "LAYERS", "observation_key", "observation_shape",
+           "input_size",
            "observation_entries", "image_encoder", "trunk_input_size", "action_size", "output_size", "is_discrete",
            "action_bounds", "wrap", "with_head", "build_layers", "features", "linear", "share_body"]

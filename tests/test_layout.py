@@ -1,6 +1,6 @@
 """The package's shape: imports that only run downwards (registry <- core <- plugins <- run <- CLI) and no import
-cycles, counting imports anywhere in a file and the parent packages every import runs; modules that fit on a few
-screens; plugin registration that never loads torch."""
+cycles, counting imports anywhere in a file and the parent packages every import runs; plugin registration that
+never loads torch. (No line cap: modules are split along seams, not to fit a number.)"""
 
 from __future__ import annotations
 
@@ -9,10 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 PACKAGE = Path(__file__).resolve().parent.parent / "rlplug"
-MAX_LINES = 450
 
 
 def module_name(path: Path) -> str:
@@ -64,7 +61,7 @@ LAYERS = (
     ("rlplug.errors", "rlplug.version"),
     ("rlplug.registry", "rlplug"),                                  # the public face re-exports the registry's
     ("rlplug.core", "rlplug.networks", "rlplug.envs", "rlplug.functional"),  # shared by kinds; public faces
-    ("rlplug.plugins",),
+    ("rlplug.plugins", "rlplug.algorithms"),                         # rlplug.algorithms: the kit's public face
     ("rlplug.recipe",),                                             # a recipe validated against loaded plugins
     ("rlplug.run", "rlplug.agent"),
     ("rlplug.cli", "rlplug.__main__"),
@@ -141,12 +138,6 @@ def test_imports_count_parents_and_late_imports(tmp_path):
 def test_the_cycle_finder_finds_a_cycle():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set()}) is None
-
-
-@pytest.mark.parametrize("name", sorted(MODULES))
-def test_modules_fit_on_a_few_screens(name):
-    lines = len(MODULES[name].read_text().splitlines())
-    assert lines <= MAX_LINES, f"{MODULES[name]} has {lines} lines (at most {MAX_LINES}): split it by what it holds"
 
 
 def test_listing_and_validating_never_load_torch():

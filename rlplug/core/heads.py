@@ -51,6 +51,28 @@ from rlplug.errors import UserError
 
 ROLES = ("policy", "value", "deterministic_policy", "q_value", "q_values")
 
+
+class Role(str):
+    """A role with several outputs per value: ``Role("q_value", outputs=25)`` asks for a critic of 25 quantiles
+    (TQC's), ``Role("q_values", outputs=51)`` for 51 atoms per action (C51's). It is still the plain role string
+    (``role == "q_value"``), so a network plugin that sizes its output with :func:`output_size` or builds with
+    :func:`with_head` serves it unchanged; :func:`outputs_of` reads the count."""
+
+    outputs: int
+
+    def __new__(cls, name: str, outputs: int = 1) -> Role:
+        role = super().__new__(cls, name)
+        role.outputs = int(outputs)
+        return role
+
+    def __repr__(self) -> str:
+        return f"Role({str(self)!r}, outputs={self.outputs})"
+
+
+def outputs_of(role: str) -> int:
+    """How many outputs each value of ``role`` has: 1 for a plain role string."""
+    return getattr(role, "outputs", 1)
+
 LogStd = Literal["state", "parameter"]
 Squash = Literal["tanh", "none"]
 #: Output-layer gains of the orthogonal initialisation (the CleanRL / Stable-Baselines3 convention).
@@ -111,9 +133,10 @@ def action_size(action_spec: TensorSpec, observation_spec: Composite | None = No
 def output_size(role: str, action_spec: TensorSpec, log_std: LogStd = "state",
                 observation_spec: Composite | None = None) -> int:
     """The trunk's output features: logits, a mean (and a scale unless ``log_std="parameter"``), a value,
-    an action, or one value per discrete action."""
+    an action, or one value per discrete action; values (``value``, ``q_value``, ``q_values``) times the
+    role's :func:`outputs_of` (quantiles, atoms), laid out value by value (``[..., action, output]`` flattened)."""
     if role in ("value", "q_value"):
-        return 1
+        return outputs_of(role)
     layout = layout_of(action_spec, observation_spec)
     if role == "policy":
         return layout.size if layout.kind != "continuous" or log_std == "parameter" else 2 * layout.size
@@ -127,7 +150,7 @@ def output_size(role: str, action_spec: TensorSpec, log_std: LogStd = "state",
             raise ValueError(f"one Q-value per action needs one discrete action, and this env's are "
                              f"{layout.describe()}; for continuous actions use a critic of the observation and "
                              f"the action (role 'q_value': ddpg, td3, sac), for several parts a categorical policy")
-        return layout.size
+        return layout.size * outputs_of(role)
     raise ValueError(f"unknown network role '{role}' (roles: {', '.join(ROLES)})")
 
 

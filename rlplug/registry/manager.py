@@ -11,8 +11,10 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.metadata
+import importlib.util
 import inspect
 import os
+import pkgutil
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -41,6 +43,9 @@ BUILTIN_MODULES = (
     "rlplug.plugins.transforms",
     "rlplug.plugins.callbacks",
 )
+#: packages whose every sub-package (a folder with an ``__init__.py``) is a built-in plugin module too: an
+#: algorithm is added by its folder alone, registering itself as a third-party package's would
+BUILTIN_FOLDERS = ("rlplug.plugins.algorithms",)
 
 _cache: dict[bool, Registry] = {}
 
@@ -62,7 +67,7 @@ def load_registry(*, strict: bool = False) -> Registry:
     manager.add_hookspecs(hookspecs)
     registry = Registry()
     version = importlib.metadata.version("rlplug") if _installed("rlplug") else "0+unknown"
-    for module_name in BUILTIN_MODULES:
+    for module_name in (*BUILTIN_MODULES, *builtin_folders()):
         record = PluginRecord(BUILTIN_PLUGIN, version, module_name)
         _load_one(manager, registry, record, functools.partial(importlib.import_module, module_name), strict)
     for entry_point in _entry_points():
@@ -77,6 +82,16 @@ def load_registry(*, strict: bool = False) -> Registry:
                               error="; ".join(p.error for p in builtin if p.error) or None)
         registry.plugins = [merged] + [p for p in registry.plugins if p not in builtin]
     return registry
+
+
+def builtin_folders() -> list[str]:
+    """The sub-packages of :data:`BUILTIN_FOLDERS`, found on disk without importing them."""
+    found = []
+    for package in BUILTIN_FOLDERS:
+        spec = importlib.util.find_spec(package)
+        locations = spec.submodule_search_locations if spec is not None else None
+        found += [f"{package}.{info.name}" for info in pkgutil.iter_modules(locations or []) if info.ispkg]
+    return sorted(found)
 
 
 def _installed(name: str) -> bool:
