@@ -21,6 +21,9 @@ from torch.func import functional_call
 
 from rlplug.core.training import FlatParameters
 
+#: the way out every refusal of seeds trained together offers
+RETRY = "run --seeds without --batched"
+
 
 class StackedParameters:
     """The rows of one ``[seeds, P]`` parameter, each seed's :class:`FlatParameters` made a view of its row."""

@@ -29,9 +29,9 @@ import torch
 from rlplug.core.collect import Collector, array_road_open
 from rlplug.core.collect_together import CollectorsTogether
 from rlplug.core.recurrent import is_recurrent
+from rlplug.core.stacked import RETRY
 from rlplug.core.training import broken_metric, stop_updates
 from rlplug.errors import UserError, reported
-from rlplug.plugins.algorithms.offpolicy.batched import RETRY
 from rlplug.recipe import Recipe
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability, checked_metrics, conform

@@ -28,13 +28,11 @@ import torch.distributions.normal as normal_module
 from tensordict import TensorDict, TensorDictBase
 
 from rlplug.core.acting import ArrayActor, ChainArrayActor, TorchArrayActor, env_action
-from rlplug.core.stacked import StackedParameters, stacked_optimiser, store_rows
+from rlplug.core.stacked import RETRY, StackedParameters, stacked_optimiser, store_rows
 from rlplug.core.training import FlatParameters, set_learning_rate, summed, updates_stopped
 from rlplug.errors import UserError
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability
-
-RETRY = "run --seeds without --batched"
 
 
 def refuse_unbatchable(algorithm) -> None:
