@@ -131,3 +131,27 @@ def test_a_source_of_format_1_needs_allow_unverified(trained, tmp_path):
                      "--set", "run.total_frames=256", "--set", "eval.episodes=1")
     assert result.returncode == 0, result.stderr
     assert json.loads((out / "summary.json").read_text())["frames"] == 256
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "rmsprop"])
+def test_optimiser_state_of_another_optimiser_is_refused_before_the_directory(trained, tmp_path, optimizer):
+    """Adam's state given to SGD or RMSprop failed at the first step with a KeyError traceback (once a bus error)
+    and left a failed run directory: one line naming both optimisers, and no directory."""
+    out = tmp_path / "new"
+    result = run_cli("run", str(CANONICAL), "--out", str(out), "--init-from", str(trained), "--init-optimiser",
+                     "--set", f"algorithm.optimizer={optimizer}", "--set", "run.total_frames=256")
+    one_line_error(result, "--init-optimiser", "of 'adam'", f"algorithm.optimizer is '{optimizer}'",
+                   "leave out --init-optimiser")
+    assert not out.exists()
+    fresh = run_cli("run", str(CANONICAL), "--out", str(out), "--init-from", str(trained), "--set",
+                    f"algorithm.optimizer={optimizer}", "--set", "run.total_frames=256", "--set", "eval.episodes=1")
+    assert fresh.returncode == 0, fresh.stderr  # without --init-optimiser, a fresh one of its own
+
+
+def test_weights_trained_on_raw_observations_are_refused_by_a_normalising_recipe(trained, tmp_path):
+    """The other way round was refused already; this way the new run normalised what the weights had seen raw."""
+    out = tmp_path / "new"
+    result = run_cli("run", str(CANONICAL), "--out", str(out), "--init-from", str(trained),
+                     "--set", "env.normalize_observations=running", "--set", "run.total_frames=256")
+    one_line_error(result, "--init-from", "normalises observations and its env did not", "raw observations")
+    assert not out.exists()

@@ -47,13 +47,20 @@ class Source:
         return cls(path, load_checkpoint(path, allow_unverified=allow_unverified), optimiser)
 
     def check_algorithm(self, recipe: Recipe) -> None:
-        """Refuses weights of another algorithm, before anything is built."""
+        """Refuses weights of another algorithm, and (with ``--init-optimiser``) optimiser state of another
+        optimiser, before anything is built."""
         stored = self.state["recipe"].get("algorithm")
         theirs = stored.get("use") if isinstance(stored, dict) else None
         ours = recipe.algorithm.spec.qualified_name
         if theirs != ours:
             raise UserError(f"--init-from {self.path}: its weights are of algorithm {theirs!r}, this recipe trains "
                             f"{ours!r}; start from a run of the same algorithm")
+        if self.optimiser and isinstance(stored, dict):
+            theirs, ours = stored.get("optimizer"), recipe.resolved()["algorithm"].get("optimizer")
+            if theirs is not None and ours is not None and theirs != ours:
+                raise UserError(f"--init-optimiser: the optimiser state of {self.path} is of {theirs!r}, this recipe's "
+                                f"algorithm.optimizer is {ours!r}, which keeps other state; set algorithm.optimizer = "
+                                f"{theirs!r}, or leave out --init-optimiser for a fresh {ours!r}")
 
     def record(self) -> dict[str, Any]:
         """What the new run keeps of where it started (in its summary.json and checkpoints)."""
@@ -78,6 +85,26 @@ def mismatch(ours: dict[str, Any], theirs: dict[str, Any], taken: list[str]) -> 
     return None
 
 
+def optimiser_problem(ours: Any, theirs: Any, where: str = "") -> str | None:
+    """Where the source's optimiser state (``theirs``) is of another kind of torch optimiser than the new run's
+    (``ours``): its groups' settings or its per-parameter entries named otherwise (Adam's ``exp_avg``,
+    RMSprop's ``square_avg``), which torch would only find at the first step, as a ``KeyError``."""
+    if isinstance(ours, dict) and isinstance(theirs, dict):
+        if "param_groups" in ours and "param_groups" in theirs:
+            mine = {key for group in ours["param_groups"] for key in group}
+            source = {key for group in theirs["param_groups"] for key in group}
+            state_keys = {key for entry in theirs.get("state", {}).values() for key in entry}
+            reference = {key for entry in ours.get("state", {}).values() for key in entry}
+            if mine != source or (reference and state_keys and reference != state_keys):
+                return f"the optimiser state at {where or 'the top'} is of another optimiser"
+            return None
+        for key in ours.keys() & theirs.keys():
+            problem = optimiser_problem(ours[key], theirs[key], f"{where}.{key}" if where else str(key))
+            if problem:
+                return problem
+    return None
+
+
 def start_from(run, source: Source) -> None:
     """``run`` (just built, at frame 0) given ``source``'s weights, env statistics and preprocessor (and its
     optimiser state when asked); ``UserError`` naming the first entry whose shape differs."""
@@ -87,7 +114,16 @@ def start_from(run, source: Source) -> None:
     problem = mismatch(ours, theirs, [key for key in taken if key not in OPTIMISER])  # optimisers follow networks
     if problem:
         raise UserError(f"--init-from {source.path}: {problem}; start from a run of this recipe's networks")
+    if source.optimiser:
+        problem = optimiser_problem({key: ours[key] for key in taken if key in OPTIMISER},
+                                    {key: theirs[key] for key in taken if key in OPTIMISER and key in theirs})
+        if problem:
+            raise UserError(f"--init-optimiser {source.path}: {problem} than this recipe's algorithm.optimizer; "
+                            f"leave out --init-optimiser for a fresh one")
     statistics, current = source.state["env"], run.env_statistics()
+    if not statistics and any("observation" in str(key) for key in current):  # fresh statistics: other inputs
+        raise UserError(f"--init-from {source.path}: this recipe's env normalises observations and its env did not, "
+                        f"so its weights expect raw observations; set env.normalize_observations as its recipe does")
     if statistics and not current:
         raise UserError(f"--init-from {source.path}: its env normalises observations and this recipe's does not, "
                         f"yet its weights expect them normalised; set env.normalize_observations as its recipe does")
