@@ -37,7 +37,8 @@ def snapshot(directory: Path) -> dict[str, bytes]:
 # ---- item 4: a logger's file stays inside its run directory, checked before the directory exists
 
 BAD_FILENAMES = ["../escaped.csv", "/tmp/rlplug-escaped.csv", "", ".", "..", "sub/metrics.csv", "checkpoint.pt",
-                 "summary.json", "recipe.toml", "checkpoints", ".checkpoint.pt.tmp"]
+                 "summary.json", "recipe.toml", "checkpoints", ".checkpoint.pt.tmp", "parameters.jsonl",
+                 "set-requests"]
 
 
 @pytest.mark.parametrize("filename", BAD_FILENAMES)
@@ -48,6 +49,16 @@ def test_a_csv_filename_outside_the_run_or_over_its_files_is_refused_before_the_
     one_line_error(result, "loggers[0].filename", repr(filename))
     assert not (tmp_path / "runs").exists()
     assert not (tmp_path / "runs" / "escaped.csv").exists()
+
+
+@pytest.mark.parametrize("second", ["", ", filename='METRICS.csv'"])
+def test_two_csv_loggers_of_one_file_are_refused_before_the_directory_exists(tmp_path, second):
+    """Each would rewrite the other's rows (once a traceback, and a run directory left behind)."""
+    out = tmp_path / "runs" / "run"
+    result = run_cli("run", str(CANONICAL), "--out", str(out), *SHORT,
+                     "--set", f"loggers=[{{use='csv'}}, {{use='console'}}, {{use='csv'{second}}}]")
+    one_line_error(result, "loggers", "loggers[0] and loggers[2]", "one file")
+    assert not (tmp_path / "runs").exists()
 
 
 def test_a_csv_filename_is_checked_in_a_recipe_file_and_by_resume_set(run_dir, tmp_path):

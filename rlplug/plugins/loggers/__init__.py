@@ -12,7 +12,7 @@ from rlplug.registry.schema import Check, Range
 #: a logger's file may take none of these names.
 RUN_FILES = frozenset({"checkpoint.pt", "checkpoints", "summary.json", "recipe.toml", "batched.json",
                        "aggregate.json", "wandb", "wandb-run-id", "tensorboard", "replay", "videos",
-                       "best.pt", "best.json"})
+                       "best.pt", "best.json", "parameters.jsonl", "set-requests"})
 #: The longest file name most filesystems take, in bytes.
 LONGEST_NAME = 255
 
@@ -39,6 +39,21 @@ def run_file_problem(name: str) -> str | None:
     if len(name.encode("utf-8", "surrogatepass")) > LONGEST_NAME:
         return f"a name of {len(name.encode('utf-8', 'surrogatepass'))} bytes is longer than a file name can be " \
                f"({LONGEST_NAME}); choose a shorter one"
+    return None
+
+
+def shared_file_problem(loggers: list) -> str | None:
+    """Why two of a recipe's loggers would write one file (csv loggers of the same ``filename``, compared as a
+    case-insensitive filesystem would), or None: each would rewrite the other's rows."""
+    first: dict[str, int] = {}
+    for index, logger in enumerate(loggers):
+        if getattr(getattr(logger, "spec", None), "factory", None) is not make_csv:
+            continue
+        name = str(logger.params.get("filename", "metrics.csv"))
+        earlier = first.setdefault(name.lower(), index)
+        if earlier != index:
+            return f"loggers[{earlier}] and loggers[{index}] are csv loggers of one file, {name!r}, each of which " \
+                   f"would rewrite the other's rows; give one another filename, or remove one"
     return None
 
 
