@@ -48,6 +48,7 @@ from rlplug.plugins.algorithms.loss_parts import Distance, serving, unset_to
 from rlplug.plugins.algorithms.offpolicy.config import (
     ActorCriticConfig,
     DelayedActorConfig,
+    DQNConfig,
     EntropyConfig,
     LearningRate,
     OffPolicyConfig,
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
     from rlplug.plugins.algorithms.networks import build_network
     from rlplug.plugins.algorithms.offpolicy.actor_critic import ActorCritic, DelayedActor, Stochastic
     from rlplug.plugins.algorithms.offpolicy.base import OffPolicy
+    from rlplug.plugins.algorithms.offpolicy.dqn import DQN
     from rlplug.plugins.algorithms.offpolicy.losses import (
         ActorCriticLoss,
         EntropyTerms,
@@ -80,6 +82,7 @@ _WITH_TORCH = {
     "ActorCritic": "rlplug.plugins.algorithms.offpolicy.actor_critic",
     "Stochastic": "rlplug.plugins.algorithms.offpolicy.actor_critic",
     "DelayedActor": "rlplug.plugins.algorithms.offpolicy.actor_critic",
+    "DQN": "rlplug.plugins.algorithms.offpolicy.dqn",
     "OnPolicy": "rlplug.plugins.algorithms.onpolicy.base",
     "OnPolicyLoss": "rlplug.plugins.algorithms.onpolicy.base",
     "ActorCriticLoss": "rlplug.plugins.algorithms.offpolicy.losses",
@@ -107,12 +110,12 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     # configs and the recipe's rules (torch-free)
     "OffPolicyConfig", "ActorCriticConfig", "PolyakTargets", "DelayedActorConfig", "EntropyConfig",
-    "SequencesConfig", "OnPolicyConfig", "Count", "Fraction", "Frames", "NonNegative", "Positive", "Rate",
+    "SequencesConfig", "OnPolicyConfig", "DQNConfig", "Count", "Fraction", "Frames", "NonNegative", "Positive", "Rate",
     "LearningRate", "OPTIMIZERS", "SCHEDULES", "Distance",
     # registration (torch-free)
     "factory_for", "named", "loss_fits", "serving", "unset_to", "REPLAY_CONTEXT",
     # the families (torch)
-    "OffPolicy", "ActorCritic", "Stochastic", "DelayedActor", "OnPolicy",
+    "OffPolicy", "ActorCritic", "Stochastic", "DelayedActor", "DQN", "OnPolicy",
     # losses (torch)
     "OnPolicyLoss", "ActorCriticLoss", "TargetCritics", "EntropyTerms", "Sample", "with_learners",
     "one_env_actions", "default_target_entropy", "polyak_update", "target_copy", "exploring", "build_network",
