@@ -10,7 +10,8 @@ import time
 import pytest
 import torch
 
-from conftest import CANONICAL, ROOT, run_cli, start_cli, wait_for
+from conftest import CANONICAL, ROOT, poisoned_env_plugin, rlplug_cli, run_cli, start_cli, wait_for
+from rlplug.plugins.limits import available_memory
 from test_cli import assert_user_error
 
 DQN = ROOT / "recipes" / "cartpole-dqn.toml"
@@ -106,7 +107,7 @@ def test_a_replay_buffer_larger_than_memory_is_refused_before_allocating(tmp_pat
     override = f'algorithm.replay_buffer={{use="{buffer}", capacity=100000000000}}'
     result = run_cli("run", str(DQN), "--out", str(tmp_path / "run"), "--set", override)
     assert_user_error(result, "algorithm.replay_buffer.capacity", "100000000000 transitions", "GiB",
-                      "memory of this machine", "lower the capacity")
+                      "memory available on this machine", "lower the capacity")
     assert not (tmp_path / "run").exists()
 
 
@@ -124,3 +125,43 @@ def test_eval_refuses_absurd_episodes_and_learning_starts_beyond_the_run_is_warn
     assert_user_error(refused, "--episodes", "at most 100000")
     evaluated = run_cli("eval", str(out), "--episodes", "2")  # no training here: no warning about learning
     assert evaluated.returncode == 0 and not evaluated.stderr.strip(), evaluated.stderr
+
+
+def test_a_nan_reward_is_blamed_on_the_env_not_the_learning_rate(tmp_path, install):
+    """An env whose rewards turn NaN made the loss NaN, and the line advised a lower learning rate: now the line
+    names the env and says the learning rate is not the cause; the run keeps its last good checkpoint."""
+    where = install({"poisoned": poisoned_env_plugin("CartPole-v1", "poisoned-cartpole", after_steps=300)})
+    recipe = tmp_path / "poisoned.toml"
+    recipe.write_text(CANONICAL.read_text().replace('use = "gym"\nid = "CartPole-v1"\nnum_envs = 8',
+                                                    'use = "poisoned-cartpole"\npoisoned_seed = 1'))
+    out = tmp_path / "run"
+    result = rlplug_cli("run", str(recipe), "--out", str(out), "--set", "run.seed=1", "--set",
+                        "run.total_frames=2048", "--set", "run.checkpoint_every_frames=256", "--set", "eval.episodes=1",
+                        path=where, timeout=300)
+    line = assert_user_error(result, "training diverged", "the reward env 'poisoned-cartpole' gave (nan)",
+                             "the learning rate is not the cause", "the last good checkpoint is")
+    assert "try a lower algorithm.lr" not in line
+    assert torch.load(out / "checkpoint.pt", weights_only=True)["frames"] == 256
+
+
+def test_a_replay_buffer_beyond_the_memory_available_is_refused(tmp_path):
+    """Checked against the machine's physical memory, a buffer that fits it but not what the other processes
+    leave (4e8 CartPole transitions, 21.6 GB, on a 23 GB machine) was accepted, and the run swapped as it filled
+    deaf to Ctrl-C: now the memory available is the bound."""
+    capacity = int(available_memory() * 1.25 / 54) + 1  # a CartPole transition: about 54 bytes
+    override = f'algorithm.replay_buffer={{use="uniform", capacity={capacity}}}'
+    result = run_cli("run", str(DQN), "--out", str(tmp_path / "run"), "--set", override)
+    assert_user_error(result, "algorithm.replay_buffer.capacity", f"{capacity} transitions",
+                      "memory available on this machine", "lower the capacity")
+    assert not (tmp_path / "run").exists()
+
+
+def test_more_ray_workers_than_the_memory_holds_are_refused_before_any_starts(tmp_path):
+    """64 workers on a 2-core machine started for minutes, saying nothing: each worker is a process about as
+    large as the run's own, so more than the memory available holds are refused before Ray starts one."""
+    pytest.importorskip("ray")
+    workers = available_memory() // 2**27 + 1  # a process that imports torch takes well over 128 MiB
+    result = run_cli("run", str(ROOT / "recipes" / "cartpole-impala-ray.toml"), "--out", str(tmp_path / "run"),
+                     "--set", f"runner.workers={workers}", "--set", "run.total_frames=512", timeout=120)
+    assert_user_error(result, "runner.workers", f"{workers} workers", "GiB of memory available", "use fewer workers")
+    assert not (tmp_path / "run").exists()

@@ -81,6 +81,23 @@ def episode_seed(seed: int, frames: int) -> int:
     return (seed * 1_000_003 + frames) % 2**31
 
 
+def reward_problem(batch: Any, recipe: Recipe) -> str | None:
+    """Where the env gave a reward that is NaN or infinite in ``batch`` (a collected batch, ``("next",
+    "reward")``): which env and copy, for the divergence line. Checked before the update, so that a NaN the env
+    made is blamed on the env, not on the learning rate, and never reaches the weights."""
+    import torch
+
+    from rlplug.core.envs import env_label
+
+    reward = batch.get(("next", "reward"), None)
+    if not isinstance(reward, torch.Tensor) or not reward.is_floating_point() or bool(torch.isfinite(reward).all()):
+        return None
+    where = (~torch.isfinite(reward)).nonzero()[0].tolist()
+    value = reward[tuple(where)].item()
+    copy = f" (copy {where[0]})" if batch.ndim >= 2 and batch.batch_size[0] > 1 else ""
+    return f"the reward env {env_label(recipe.env)}{copy} gave ({value})"
+
+
 def train(driver: Driver, *, max_frames: int | None = None, max_iters: int | None = None,
           eval_every: int | None = None, more: Callable[[], bool] | None = None,
           callbacks: Callbacks | None = None) -> dict[str, Any]:
@@ -106,6 +123,7 @@ def train(driver: Driver, *, max_frames: int | None = None, max_iters: int | Non
     driver.stop_reason = None
     allow_updates()
     started, frames_before = time.perf_counter(), driver.frames
+    evaluated_at = None  # the frame of the latest evaluation
     try:
         driver.start_loggers()
         told.started()
@@ -117,11 +135,15 @@ def train(driver: Driver, *, max_frames: int | None = None, max_iters: int | Non
             if next_eval is not None and next_eval <= frames < stop_frames:
                 next_eval = next_multiple(frames, eval_every)
                 told.evaluated(driver.evaluation())
+                evaluated_at = frames
             if next_checkpoint is not None and next_checkpoint <= frames < settings.total_frames:
                 next_checkpoint = next_multiple(frames, settings.checkpoint_every_frames)
                 told.checkpointed(driver.checkpoint())
                 driver.restart()
         if driver.stop_reason is not None:
+            if told.outcome() is not None and evaluated_at != driver.frames:
+                # a callback's stop ends the run as its end would: evaluated (a signal's stop does not wait)
+                told.evaluated(driver.evaluation())
             told.checkpointed(driver.checkpoint())
             outcome = told.outcome() or {"status": "interrupted", "signal": driver.stop_reason}
         else:

@@ -322,6 +322,10 @@ class Run:
     def guarded_update(self, batch) -> dict[str, float]:
         """The algorithm's update, stopped with a clear error when a loss, gradient or parameter turns
         non-finite; the last checkpoint on disk is the last good one."""
+        reward = schedule.reward_problem(batch, self.recipe)
+        if reward is not None:
+            raise TrainingDiverged(self.divergence(reward, "the env gave it, not the update: check the env's reward "
+                                                           "(the learning rate is not the cause)"))
         try:
             # a runner may do the update itself (gradient workers: theirs averaged, then applied here)
             update = capability(self.collector, protocols.Collector.update)
@@ -336,12 +340,12 @@ class Run:
             return metrics
         raise TrainingDiverged(self.divergence(broken))
 
-    def divergence(self, broken: str) -> str:
-        """The line saying that ``broken`` (a quantity) turned non-finite now, and what is kept."""
+    def divergence(self, broken: str, advice: str = "try a lower algorithm.lr or set algorithm.max_grad_norm") -> str:
+        """The line saying that ``broken`` (a quantity) turned non-finite now, what is kept and what to do."""
         latest = self.run_dir / "checkpoint.pt"
         kept = f"the last good checkpoint is {latest}" if latest.exists() else "no checkpoint was written yet"
         return (f"training diverged: {broken} is not finite at iteration {self.iterations} (frame {self.frames}); "
-                f"{kept}; try a lower algorithm.lr or set algorithm.max_grad_norm")
+                f"{kept}; {advice}")
 
     def checkpoint(self) -> Path:
         """Write ``checkpoint.pt`` (the latest) and ``checkpoints/frames-N.pt`` (the last K), atomically."""

@@ -1,5 +1,6 @@
 """How much a replay buffer would hold, checked before anything is allocated: a capacity that cannot fit where
-the buffer keeps its transitions (memory, a GPU, or the disk for 'memmap') is one line, not an allocation error."""
+the buffer keeps its transitions (the memory available now, a GPU's free memory, or the disk for 'memmap') is one
+line, not an allocation error, nor a machine swapping (and deaf to Ctrl-C) as the ring fills."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from pathlib import Path
 
 import torch
 
-from rlplug.core.process import physical_memory
 from rlplug.errors import UserError
+from rlplug.plugins.limits import available_memory
 
 
 def transition_bytes(observation_spec, action_spec) -> int:
@@ -27,7 +28,8 @@ def transition_bytes(observation_spec, action_spec) -> int:
 def check_fits(capacity: int, slot_bytes: int, storage: str, device: str | torch.device,
                run_dir: str | Path | None) -> None:
     """A :class:`UserError` where ``capacity`` slots of ``slot_bytes`` cannot fit where the buffer keeps them
-    (the device's memory, or the disk under ``run_dir`` for 'memmap'): refused before anything is allocated."""
+    (the memory available now, not the machine's total, which other processes share; the device's free memory;
+    or the disk under ``run_dir`` for 'memmap'): refused before anything is allocated."""
     needed = capacity * slot_bytes
     if storage == "memmap":
         if run_dir is None:
@@ -37,9 +39,9 @@ def check_fits(capacity: int, slot_bytes: int, storage: str, device: str | torch
             where = where.parent
         available, what = shutil.disk_usage(where).free, f"free disk space under {where}"
     elif torch.device(device).type == "cuda":
-        available, what = torch.cuda.mem_get_info(torch.device(device))[1], f"memory of {device}"
+        available, what = torch.cuda.mem_get_info(torch.device(device))[0], f"free memory of {device}"
     else:
-        available, what = physical_memory(), "memory of this machine"
+        available, what = available_memory(), "memory available on this machine"
     if needed > available:
         raise UserError(f"{capacity} transitions of about {slot_bytes} bytes need {needed / 2**30:.3g} GiB, more than "
                         f"the {available / 2**30:.3g} GiB {what}; lower the capacity",

@@ -9,7 +9,7 @@ import os
 import warnings
 from typing import Any
 
-from rlplug.errors import UserError
+from rlplug.errors import RlplugWarning, UserError
 
 
 def ray_module():
@@ -44,6 +44,7 @@ def connect_ray(runner) -> bool:
         # "local": a new instance for this run, never a cluster that RAY_ADDRESS or 'ray start' points at; enough
         # logical CPUs for the workers asked for, even on a smaller machine (oversubscribed rather than stuck)
         needed = math.ceil(sum(options["num_cpus"] * count for _, count, options, _ in actor_groups(runner)))
+        check_local_processes(runner)
         ray.init(address="local", num_cpus=max(os.cpu_count() or 1, needed), **options)
         return True
     problem = unreachable(runner.address)
@@ -59,6 +60,27 @@ def connect_ray(runner) -> bool:
     raise UserError(f"cannot connect to the Ray cluster at '{runner.address}' ({problem}); start one with "
                     f"'ray start --head', or leave runner.address out for a local Ray instance",
                     path="runner.address")
+
+
+def check_local_processes(runner) -> None:
+    """Before a local Ray instance starts the run's actors (workers, learners, storages), each a process of its
+    own: refused where they cannot all fit in the memory available (each about what this process takes, its
+    libraries, envs and networks loaded), which would swap or be killed after minutes of starting them; warned
+    where they far outnumber the cores, as they then start one after another for minutes, saying nothing."""
+    from rlplug.plugins.limits import available_memory, process_memory
+
+    processes = sum(count for _, count, _, _ in actor_groups(runner))
+    each, available = process_memory(), available_memory()
+    if processes * each > available:
+        raise UserError(f"a local Ray instance would start {processes} processes for {runner.workers} workers, "
+                        f"each about {each / 2**30:.2g} GiB as this one, {processes * each / 2**30:.3g} GiB in all, "
+                        f"more than the {available / 2**30:.3g} GiB of memory available; use fewer workers, or a "
+                        f"Ray cluster (runner.address)", path="runner.workers")
+    cores = os.cpu_count() or 1
+    if processes > 4 * cores:
+        warnings.warn(RlplugWarning(f"runner.workers = {runner.workers}: {processes} Ray processes on {cores} CPU "
+                                    f"core(s) start one after another, so the first rollout may take minutes"),
+                      stacklevel=2)
 
 
 def unreachable(address: str, timeout: float = 5.0) -> str | None:
