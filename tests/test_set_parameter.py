@@ -167,12 +167,14 @@ def test_set_refusals_are_one_line(tmp_path):
 
 
 def test_a_request_waits_for_resume_which_keeps_it(tmp_path):
+    """The run stops at its evaluation at frame 1024, before its 2048 frames (a finished run takes no request)."""
     out = tmp_path / "run"
-    flags = [*SHORT, "--set", "algorithm.anneal_lr=false"]
+    flags = [*SHORT, "--set", "algorithm.anneal_lr=false", "--set", "run.total_frames=2048",
+             "--set", "eval.every_frames=1024", "--set", "callbacks=[{use='stop-at-return', threshold=-1e9}]"]
     assert run_cli("run", str(CANONICAL), "--out", str(out), *flags).returncode == 0
     asked = run_cli("set", str(out), "algorithm.lr=1e-4")
     assert asked.returncode == 0 and "waits for python -m rlplug resume" in asked.stdout, asked.stdout
-    resumed = run_cli("resume", str(out), "--set", "run.total_frames=2048")
+    resumed = run_cli("resume", str(out), "--set", "callbacks=[]")
     assert resumed.returncode == 0, resumed.stderr
     assert "frame 1024: algorithm.lr 0.001 -> 0.0001 (rlplug set)" in resumed.stdout
     state = checkpoints.load_checkpoint(out / "checkpoint.pt")
@@ -192,7 +194,7 @@ def test_set_on_a_live_run(tmp_path):
         wait_for(out / "metrics.csv", process, timeout=300)
         asked = run_cli("set", str(out), "algorithm.lr=1e-4", "algorithm.clip_epsilon=0.1")
         assert asked.returncode == 0, asked.stderr
-        assert "applies it at its next iteration" in asked.stdout
+        assert "applies it before its next update" in asked.stdout
         wait_for(out / "parameters.jsonl", process, timeout=300)
         changed_at = json.loads((out / "parameters.jsonl").read_text().splitlines()[0])["frame"]
         deadline = time.monotonic() + 300

@@ -33,9 +33,20 @@ def allow_updates() -> None:
     _stop_requested.clear()
 
 
+#: Also asked before each gradient step, where a run sets it (:func:`end_updates_when`): whether something that
+#: waits for the run (an ``rlplug set`` request) should end the update under way there.
+_waiting: Callable[[], bool] | None = None
+
+
+def end_updates_when(waiting: Callable[[], bool] | None) -> None:
+    """Make every update end after its current gradient step once ``waiting()`` is true (None: never)."""
+    global _waiting
+    _waiting = waiting
+
+
 def updates_stopped() -> bool:
     """Whether an update loop should end now: checked before each gradient step."""
-    return _stop_requested.is_set()
+    return _stop_requested.is_set() or (_waiting is not None and _waiting())
 
 
 def linear_decay(start: float, progress: float) -> float:

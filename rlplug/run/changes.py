@@ -4,9 +4,12 @@ next iteration, and the record of every change: a line of ``parameters.jsonl`` (
 source), a row of the run's metrics, and, for a request, a line on the console. What a change does to the
 algorithm is :mod:`rlplug.plugins.algorithms.parameters`'.
 
-A request waits in ``set-requests/`` until a run takes it: the one training in the directory now, or the
-next ``resume``. Seeds trained together (``--seeds --batched``) share one update, so their directories
-take no requests."""
+A request waits in ``set-requests/`` until a run takes it: the one training in the directory now (an update
+under way ends after its current gradient step for it), or the next ``resume``; a finished run takes none. Each
+change taken is on disk in ``parameters.jsonl`` before its request is removed, and a checkpoint counts the
+changes it holds: ``resume`` makes those recorded after it again (:func:`made_again`), so that a kill or a
+divergence before the next checkpoint loses none. Seeds trained together (``--seeds --batched``) share one
+update, so their directories take no requests."""
 
 from __future__ import annotations
 
@@ -21,12 +24,15 @@ from typing import Any
 from rlplug.errors import RlplugWarning, UserError
 from rlplug.plugins.algorithms import parameters
 from rlplug.recipe import apply_override, read_toml, validate
-from rlplug.run.directory import BATCHED_MARKER, in_use, write_atomically
+from rlplug.run.directory import BATCHED_MARKER, append_line, in_use, own_folder, refuse_link, write_atomically
 
 #: the folder of a run directory where ``rlplug set`` leaves its requests, one JSON file each
 REQUESTS = "set-requests"
 #: every change made to a run's algorithm, one JSON object a line
 RECORD = "parameters.jsonl"
+#: how often (seconds) an update under way looks for a request: besides its gradient step, the longest a request
+#: waits for a run training
+LOOK_EVERY = 0.2
 
 
 def checked_request(run_dir: Path, assignments: Sequence[str]) -> dict[str, Any]:
@@ -78,20 +84,37 @@ def request(run_dir: Path, assignments: Sequence[str]) -> tuple[dict[str, Any], 
     """Write the checked assignments as one request (atomically) for the run in ``run_dir``; returns them and
     whether a run is training there now (else the request waits for ``resume``)."""
     requested = checked_request(run_dir, assignments)
-    folder = run_dir / REQUESTS
-    folder.mkdir(exist_ok=True)
+    training = in_use(run_dir)
+    if not training:
+        refuse_finished(run_dir)
+    folder = own_folder(run_dir / REQUESTS)
     data = json.dumps({"changes": requested, "source": "rlplug set"}).encode()
     write_atomically(folder / f"{time.time_ns():020d}-{os.getpid()}.json", data)
-    return requested, in_use(run_dir)
+    return requested, training
+
+
+def refuse_finished(run_dir: Path) -> None:
+    """``UserError`` for a run that trained all its frames (``summary.json`` says it finished, and its recipe asks
+    for no more): no run would ever take a request, since ``resume`` of it trains nothing."""
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        total = read_toml(run_dir / "recipe.toml")["run"]["total_frames"]
+        done = summary["status"] == "finished" and int(summary["frames"]) >= int(total)
+    except (OSError, ValueError, KeyError, TypeError, UserError):  # no summary, or one of no finished run
+        return
+    if done:
+        raise UserError(f"{run_dir}: the run has finished (all its {total} frames trained), so the change would never "
+                        f"take effect; to train on with it, resume for more frames (python -m rlplug resume "
+                        f"{run_dir} --set run.total_frames=MORE) and set it while that trains")
 
 
 def change(run: Any, name: str, value: Any, source: str) -> tuple[Any, Any]:
     """Change ``name`` of ``run``'s algorithm (``run``: a :class:`~rlplug.run.trainer.Run`) and record it: a line
     of ``parameters.jsonl`` now, a metrics row (numbers only) at the start of the next iteration."""
+    refuse_link(run.run_dir / RECORD)  # before the change: one that cannot be recorded is not made
     old, new = parameters.update(run.algorithm, name, value)
     line = {"frame": run.frames, "name": f"algorithm.{name}", "old": old, "new": new, "source": source}
-    with open(run.run_dir / RECORD, "a") as record:
-        record.write(json.dumps(line) + "\n")
+    append_line(run.run_dir / RECORD, json.dumps(line))  # on disk before the request is removed
     if isinstance(new, (int, float)):
         run.parameter_rows[f"algorithm.{name}"] = float(new)
     return old, new
@@ -103,8 +126,7 @@ def take_requests(driver: Any) -> None:
     iteration logged as one metrics row. A driver without one algorithm (seeds together) has none."""
     if not hasattr(driver, "parameter_rows"):
         return
-    folder = driver.run_dir / REQUESTS
-    for path in sorted(folder.glob("[0-9]*.json")) if folder.is_dir() else []:
+    for path in waiting(driver.run_dir):
         try:
             requested = json.loads(path.read_text())
             changes, source = dict(requested["changes"]), str(requested["source"])
@@ -124,3 +146,72 @@ def take_requests(driver: Any) -> None:
         for logger in driver.loggers:
             logger.log(dict(driver.parameter_rows), driver.frames)
         driver.parameter_rows.clear()
+
+
+def waiting(run_dir: Path) -> list[Path]:
+    """The requests waiting in ``run_dir``, oldest first; none in a folder that is a link (not the run's own)."""
+    folder = run_dir / REQUESTS
+    return sorted(folder.glob("[0-9]*.json")) if folder.is_dir() and not folder.is_symlink() else []
+
+
+class RequestWatch:
+    """Asked before each gradient step of one update (:func:`rlplug.core.training.end_updates_when`): whether a
+    request waits, looked for every :data:`LOOK_EVERY` seconds; once one does, the update ends there and the run
+    takes it before the next, so that an update of many epochs or gradient steps never keeps a change waiting."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir, self.seen = run_dir, False
+        self.next_look = time.monotonic() + LOOK_EVERY
+
+    def __call__(self) -> bool:
+        if not self.seen and time.monotonic() >= self.next_look:
+            self.seen = bool(waiting(self.run_dir))
+            self.next_look = time.monotonic() + LOOK_EVERY
+        return self.seen
+
+
+def records(run_dir: Path) -> list[str]:
+    """The whole lines of ``parameters.jsonl`` (a last one a kill cut short left out)."""
+    path = run_dir / RECORD
+    try:
+        text = path.read_bytes().decode("utf-8", errors="replace") if not path.is_symlink() else ""
+    except FileNotFoundError:
+        return []
+    return text.split("\n")[:-1]
+
+
+def recorded(run_dir: Path) -> int:
+    """How many changes ``parameters.jsonl`` records: those a checkpoint written now holds (every line of it is
+    this run's: made by it, or again at its resume)."""
+    return len(records(run_dir))
+
+
+def made_again(run: Any, held: int | None, frame: int) -> None:
+    """On resume: the changes ``parameters.jsonl`` records beyond the ``held`` first (those the checkpoint holds;
+    None for a checkpoint from before they were counted: those from its ``frame`` on), made again in order, so
+    that whatever the record says was changed is in force; one console line each, a warning for one the
+    algorithm refuses now. Not recorded again: the record already lists them."""
+    lines = records(run.run_dir)
+    if held is None:
+        held = 0
+        for index, text in enumerate(lines):
+            try:
+                if int(json.loads(text)["frame"]) < frame:
+                    held = index + 1
+            except (ValueError, KeyError, TypeError):
+                continue
+    for number, text in enumerate(lines[held:], start=held + 1):
+        try:
+            line = json.loads(text)
+            name, value = str(line["name"]).removeprefix("algorithm."), line["new"]
+        except (ValueError, KeyError, TypeError, AttributeError):
+            warnings.warn(RlplugWarning(f"{run.run_dir / RECORD}: line {number} is not a change rlplug recorded; "
+                                        f"skipped"), stacklevel=2)
+            continue
+        try:
+            old, new = parameters.update(run.algorithm, name, value)
+        except UserError as error:
+            warnings.warn(RlplugWarning(f"{run.run_dir / RECORD}: line {number}: {error}; not changed"), stacklevel=2)
+            continue
+        print(f"rlplug: frame {run.frames}: algorithm.{name} {old!r} -> {new!r} again, as {RECORD} records it after "
+              f"the checkpoint", flush=True)

@@ -14,6 +14,10 @@ from rlplug.errors import UserError
 
 #: The file that marks a directory of seeds trained together (``run --seeds --batched``), for ``rlplug resume``.
 BATCHED_MARKER = "batched.json"
+#: What a run (or ``rlplug set``) writes into, appends to or prunes where it is, rather than replacing it whole by a
+#: rename: as a symbolic link, each would take the writes elsewhere (another run's files), so a run refuses it.
+WRITTEN_IN_PLACE = ("checkpoints", "parameters.jsonl", "set-requests", "videos", "wandb", "wandb-run-id",
+                    "tensorboard")
 
 
 def default_run_dir(recipe_path: Path) -> Path:
@@ -57,6 +61,8 @@ class Claim:
         try:
             if new:  # again, now that no other run can write here
                 check_run_dir(run_dir)
+            for name in WRITTEN_IN_PLACE:
+                refuse_link(run_dir / name)
             for leftover in [*run_dir.glob(".*.tmp"), *run_dir.glob("checkpoints/.*.tmp")]:
                 leftover.unlink()  # what a writer killed mid-write left: never a complete file
         except BaseException:
@@ -90,7 +96,9 @@ def write_atomically(path: Path, data: bytes) -> None:
     temporary file and names ``path`` in its error."""
     temporary = path.with_name(f".{path.name}.tmp")
     try:
-        with open(temporary, "wb") as file:
+        if temporary.is_symlink():  # a link left in its place: the data goes into a file of our own
+            temporary.unlink()
+        with open(temporary, "wb", opener=no_links) as file:
             file.write(data)
             file.flush()
             os.fsync(file.fileno())
@@ -106,6 +114,44 @@ def write_atomically(path: Path, data: bytes) -> None:
         os.fsync(directory)
     finally:
         os.close(directory)
+
+
+def no_links(path: str, flags: int) -> int:
+    """``open``'s opener for the run's own files: a symbolic link in the file's place fails (ELOOP), never followed."""
+    return os.open(path, flags | os.O_NOFOLLOW, 0o666)
+
+
+def refuse_link(path: Path) -> None:
+    """``UserError`` where ``path``, a file or folder the run writes in place, is a symbolic link."""
+    if path.is_symlink():
+        raise UserError(f"{path}: a symbolic link (to {os.readlink(path)}), where the run keeps a file of its own; a "
+                        f"run writes only inside its directory: replace the link with a copy of what it points to, "
+                        f"or remove it")
+
+
+def own_folder(path: Path) -> Path:
+    """``path``, a folder of the run's inside its directory, made where missing; refused where it is a link."""
+    refuse_link(path)
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def append_line(path: Path, line: str) -> None:
+    """``line`` appended to ``path`` (a file of the run's, never through a link) and flushed to disk before this
+    returns; a line a kill cut short before it is closed first, so that this one stands on its own."""
+    refuse_link(path)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    try:
+        size = os.fstat(fd).st_size
+        cut = size > 0 and os.pread(fd, 1, size - 1) != b"\n"
+        os.write(fd, (("\n" if cut else "") + line + "\n").encode())
+        os.fsync(fd)
+    except OSError as error:
+        if error.filename is None:
+            raise OSError(error.errno, error.strerror, str(path)) from error
+        raise
+    finally:
+        os.close(fd)
 
 
 def ensure_writable(run_dir: Path) -> None:

@@ -29,6 +29,7 @@ from rlplug.core.training import (
     all_finite,
     broken_metric,
     compile_update,
+    end_updates_when,
     stop_updates,
     storages_of,
 )
@@ -37,10 +38,10 @@ from rlplug.plugins.algorithms import parameters
 from rlplug.recipe import EVAL_SEED_OFFSET, Recipe, read_toml, validate
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability, checked_metrics, conform
-from rlplug.run import schedule
+from rlplug.run import changes, schedule
 from rlplug.run.callbacks import Callbacks
 from rlplug.run.checkpoints import check_statistics, load_checkpoint, rng_state, sealed, set_rng_state, tensors_finite
-from rlplug.run.directory import Claim, ensure_writable, write_atomically
+from rlplug.run.directory import Claim, ensure_writable, own_folder, write_atomically
 from rlplug.run.evaluation import build_eval_env, check_eval_env, evaluate
 from rlplug.run.resuming import resumed_recipe
 from rlplug.run.schedule import TrainingDiverged, episode_seed
@@ -223,11 +224,15 @@ class Run:
     def resume(cls, run_dir: Path, overrides: Sequence[str] = (), *, allow_unverified: bool = False) -> Run:
         """The run in ``run_dir``, built from its checkpoint's recipe and state, ready to train on; ``overrides``
         (``--set``) change what trained weights allow (:mod:`rlplug.run.resuming`), and :attr:`changed` names the
-        keys they changed. A run killed before its first checkpoint starts over from frame 0 with its recipe."""
+        keys they changed. A run killed before its first checkpoint starts over from frame 0 with its recipe.
+        Either way, the parameter changes ``parameters.jsonl`` records after the checkpoint are made again
+        (:func:`rlplug.run.changes.made_again`)."""
         checkpoint, recipe_file = run_dir / "checkpoint.pt", run_dir / "recipe.toml"
         if checkpoint.exists():
-            return cls.from_checkpoint(checkpoint, run_dir, overrides=overrides, resuming=True,
-                                       allow_unverified=allow_unverified)[0]
+            resumed, state = cls.from_checkpoint(checkpoint, run_dir, overrides=overrides, resuming=True,
+                                                 allow_unverified=allow_unverified)
+            resumed.make_recorded_changes(state.get("parameter_records"), state["frames"])
+            return resumed
         if not recipe_file.is_file():
             what = "no run directory" if not run_dir.is_dir() else "neither checkpoint.pt nor recipe.toml in it"
             raise UserError(f"{run_dir}: {what}; resume takes the directory of a run that started training (one "
@@ -236,7 +241,17 @@ class Run:
                                          directory_recipe=None)
         run = cls.build(recipe, run_dir, resuming=True)
         run.changed = changed
+        run.make_recorded_changes(0, 0)
         return run
+
+    def make_recorded_changes(self, held: int | None, frame: int) -> None:
+        """The changes recorded beyond the ``held`` first made again; one the algorithm cannot take closes the run."""
+        try:
+            changes.made_again(self, held, frame)
+        except BaseException:
+            self.close()
+            raise
+
 
     @classmethod
     def from_checkpoint(cls, path: Path, run_dir: Path, *, changes: dict[str, Any] | None = None,
@@ -329,7 +344,11 @@ class Run:
         try:
             # a runner may do the update itself (gradient workers: theirs averaged, then applied here)
             update = capability(self.collector, protocols.Collector.update)
-            metrics = update(self.algorithm, batch) if update else self.algorithm.update(batch)
+            end_updates_when(changes.RequestWatch(self.run_dir))  # an rlplug set request ends it between steps
+            try:
+                metrics = update(self.algorithm, batch) if update else self.algorithm.update(batch)
+            finally:
+                end_updates_when(None)
             metrics = checked_metrics(metrics, self.recipe.algorithm.title)
             broken = broken_metric(metrics)
             if broken is None and not all_finite(self.parameter_storages()):
@@ -350,10 +369,10 @@ class Run:
     def checkpoint(self) -> Path:
         """Write ``checkpoint.pt`` (the latest) and ``checkpoints/frames-N.pt`` (the last K), atomically."""
         data = self.checkpoint_bytes()
-        kept = self.run_dir / "checkpoints"
-        kept.mkdir(exist_ok=True)
+        kept = own_folder(self.run_dir / "checkpoints")  # never a link: the run prunes what is in it
         write_atomically(kept / f"frames-{self.frames:012d}.pt", data)
-        for old in sorted(kept.glob("frames-*.pt"))[:-self.recipe.run.keep_checkpoints]:
+        ours = [path for path in sorted(kept.glob("frames-*.pt")) if not path.is_symlink()]
+        for old in ours[:-self.recipe.run.keep_checkpoints]:
             old.unlink()
         latest = self.run_dir / "checkpoint.pt"
         write_atomically(latest, data)
@@ -421,6 +440,7 @@ class Run:
             fetch(self.algorithm)
         return sealed({"recipe": self.recipe.resolved(), "algorithm": self.algorithm.state_dict(),
                        "parameters": parameters.changes(self.algorithm),
+                       "parameter_records": changes.recorded(self.run_dir),  # the lines of parameters.jsonl held
                        "env": self.env_statistics(),
                        "frames": self.frames, "iterations": self.iterations,
                        "episodes": self.collector.tracker.episodes, "train_seconds": self.train_seconds,

@@ -77,19 +77,23 @@ class CSVLogger:
     Columns are every metric seen so far; when a new one appears (rare: the first evaluation, say), the file
     is read back and rewritten with the wider header, so nothing is held in memory between calls. A file
     already there (the same run, trained on) is continued, not replaced; rows logged after
-    ``start_frames`` (by a run killed after its last checkpoint, now resumed from it) are dropped.
+    ``start_frames`` (by a run killed after its last checkpoint, now resumed from it) are dropped. The file is the
+    run's own: a symbolic link in its place is refused, never written through (another run's file, cut).
     """
 
     def __init__(self, path: Path, start_frames: int = 0):
+        from rlplug.run.directory import refuse_link
+
         self.path = Path(path)
         self.columns: list[str] = ["frames"]
         self.file: TextIO | None = None
         self.writer: csv.DictWriter | None = None
+        refuse_link(self.path)
         if self.path.exists():
             rows, self.columns = self.read_rows()
             kept = [row for row in rows if int(float(row["frames"])) <= start_frames]
             if len(kept) < len(rows) or not self.path.read_bytes().endswith(b"\n"):
-                with self.path.open("w", newline="") as rewritten:
+                with self.open("w") as rewritten:
                     writer = csv.DictWriter(rewritten, fieldnames=self.columns)
                     writer.writeheader()
                     writer.writerows(kept)
@@ -133,13 +137,19 @@ class CSVLogger:
         if self.file is not None:
             self.file.close()
         if self.path.exists():
-            with self.path.open(newline="") as old:
+            with self.open("r") as old:
                 rows = list(csv.DictReader(old))
-        file = self.path.open("w", newline="")
+        file = self.open("w")
         writer = csv.DictWriter(file, fieldnames=self.columns)
         writer.writeheader()
         writer.writerows(rows)
         return file, writer
+
+    def open(self, mode: str) -> TextIO:
+        """The file, never through a symbolic link put in its place since (that fails, ELOOP)."""
+        from rlplug.run.directory import no_links
+
+        return open(self.path, mode, newline="", opener=no_links)
 
     def close(self, summary: dict) -> None:
         if self.file is not None:
