@@ -187,3 +187,32 @@ def test_a_bad_transform_is_one_line_naming_the_key(tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and str(recipe) in lines[0] and "env.transforms[1].scale" in lines[0]
     assert not (tmp_path / "run").exists()
+
+
+def test_a_transformed_env_declares_the_env_reward_it_keeps():
+    """The env's own reward, kept beside the transformed one, is in the specs (an observation entry, zero at a
+    reset): TorchRL's ``check_env_specs`` holds for envs built as a run builds them, and batched envs pass it
+    on (``SerialEnv`` drops an undeclared entry). No network reads it, nor is it another reward."""
+    from torchrl.envs import SerialEnv
+    from torchrl.envs.utils import check_env_specs
+
+    from rlplug.core.envs import build_env
+    from rlplug.core.observations import one_observation
+    from rlplug.core.transformed import with_transforms
+    from rlplug.plugins.envs.torchrl_envs import BatchedPendulum
+
+    for transforms in ([{"use": "RewardScaling", "scale": 0.5}], [{"use": "StepCounter"}]):
+        env = build_env(recipe_with(transforms).env, device="cpu")
+        check_env_specs(env, seed=0)
+        assert env.observation_spec["env_reward"] == env.reward_spec.clone()
+        assert env.reward_keys == ["reward"]
+        assert torch.all(env.reset().get("env_reward") == 0)
+    serial = SerialEnv(2, lambda: rlplug.make("env", "torch-classic", id="CartPole-v1", num_envs=1, transforms=[
+        {"use": "RewardScaling", "scale": 0.5}]))
+    taken = serial.rollout(4, break_when_any_done=False)
+    assert torch.all(taken.get(("next", "env_reward")) == 1.0) and torch.all(taken.get(("next", "reward")) == 0.5)
+    # an env without an 'observation' entry has its entries gathered into one, the kept reward left out
+    scaled = recipe_with([{"use": "RewardScaling", "scale": 0.5}]).env.transforms
+    plain = one_observation(BatchedPendulum(2))
+    gathered = one_observation(with_transforms(BatchedPendulum(2), scaled, {"device": "cpu"}))
+    assert gathered.observation_spec["observation"] == plain.observation_spec["observation"]

@@ -12,7 +12,7 @@ tensor or a TensorDict of named entries (rlplug's ``gym`` env, whose Dict observ
 such as ``StepCounter`` add entries that are not observations), and any other
 env has all its floating-point entries and uint8 images read, nested ones included, in the order the env
 declares them. An entry no network can read (integers, booleans) is a :class:`UserError` naming it and what
-to do.
+to do. The env's own reward that a recipe's transforms keep (``env_reward``) is never read.
 
 Images are not flattened into a vector: where the entries read include an image (2 or more dims, TorchRL's
 ``pixels`` for one) beside others, :class:`ObservationEntries` writes ``observation`` as a TensorDict of the
@@ -30,6 +30,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Composite, Unbounded
 from torchrl.envs import EnvBase, Transform, TransformedEnv
 
+from rlplug.core.transformed import ENV_REWARD
 from rlplug.errors import UserError, did_you_mean
 
 #: The entry every rlplug network reads.
@@ -145,7 +146,8 @@ def entry_problem(key, spec, batch_dims: int) -> str | None:
 
 def chosen_entries(spec: Composite, in_keys: Sequence[str] | None) -> list | None:
     """The keys to concatenate into ``observation``, or None where the env's own ``observation`` is read."""
-    leaves = list(spec.keys(True, True))
+    # the env's own reward, kept beside a reshaped one by the recipe's transforms, is no observation
+    leaves = [key for key in spec.keys(True, True) if key != ENV_REWARD]
     names = [key_name(key) for key in leaves]
     if in_keys is None:
         if OBSERVATION in spec.keys():  # a tensor, or a TensorDict of named entries (a Dict observation)

@@ -4,7 +4,10 @@ kept and the transforms' running statistics treated as the env's.
 Reward transforms (``RewardScaling``, ``VecNorm`` on the reward...) shape what the algorithm learns from, not
 what the run reports: before the first transform that reads a reward, :class:`KeepEnvReward` copies the
 reward to ``env_reward`` (:data:`ENV_REWARD`), where episode returns are counted (:func:`env_rewards`). The key
-is declared in no spec, so no network reads it and no transform that defaults to the reward keys touches it.
+is declared as an observation entry, as TorchRL's ``RewardSum`` declares its episode reward (zero at a reset),
+so that TorchRL's ``check_env_specs`` holds and batched envs (``SerialEnv``, ``ParallelEnv``) pass it on; not as
+a reward, so no transform that defaults to the reward keys touches it and no loss reads it; and networks do
+not read it (:func:`rlplug.core.observations.one_observation` leaves it out).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 from tensordict.utils import unravel_key
+from torchrl.data import Composite, Unbounded
 from torchrl.envs import EnvBase, FrameSkipTransform, GymWrapper, StepCounter, Transform, TransformedEnv
 
 from rlplug.core.env_members import env_capability
@@ -34,9 +38,9 @@ def env_rewards(batch: TensorDictBase) -> torch.Tensor:
 
 
 class KeepEnvReward(Transform):
-    """Copies the reward, as the env gave it, to ``env_reward`` before any transform reshapes it. It names no
-    in or out keys, so that TorchRL asks no spec of the copy (a spec entry would make it an observation or
-    a second reward)."""
+    """Copies the reward, as the env gave it, to ``env_reward`` before any transform reshapes it, and declares
+    the copy: an observation entry of the reward's spec, zero at a reset. It names no in or out keys, so that
+    transforms and TorchRL's key bookkeeping take it for no reward."""
 
     def __init__(self, reward_key: Any = "reward"):
         super().__init__()
@@ -47,6 +51,17 @@ class KeepEnvReward(Transform):
         if reward is not None:  # cloned: a later transform may change the reward in place
             next_tensordict.set(ENV_REWARD, reward.clone())
         return next_tensordict
+
+    def _reset(self, tensordict: TensorDictBase, tensordict_reset: TensorDictBase) -> TensorDictBase:
+        # no step led here: a zero reward, as RewardSum starts its sum (a partial reset keeps the other copies')
+        return tensordict_reset.set(ENV_REWARD, self.parent.full_reward_spec[self.reward_key].zero())
+
+    def transform_output_spec(self, output_spec: Composite) -> Composite:
+        output_spec = super().transform_output_spec(output_spec)
+        reward = output_spec["full_reward_spec"][self.reward_key]
+        output_spec["full_observation_spec"][ENV_REWARD] = Unbounded(shape=reward.shape, dtype=reward.dtype,
+                                                                     device=reward.device)
+        return output_spec
 
 
 class TransformedRecipeEnv(TransformedEnv):
