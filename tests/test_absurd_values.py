@@ -165,3 +165,18 @@ def test_more_ray_workers_than_the_memory_holds_are_refused_before_any_starts(tm
                      "--set", f"runner.workers={workers}", "--set", "run.total_frames=512", timeout=120)
     assert_user_error(result, "runner.workers", f"{workers} workers", "GiB of memory available", "use fewer workers")
     assert not (tmp_path / "run").exists()
+
+
+def test_a_checkpoint_holds_the_transitions_stored_not_the_buffers_capacity(tmp_path):
+    """torch.save wrote the whole ring behind the slice of stored rows: a buffer of 4e8 (13.6 GB) wrote that
+    much at its first checkpoint, deaf to Ctrl-C, from the first frames on. Now a checkpoint grows with the
+    transitions held."""
+    out = tmp_path / "run"
+    result = run_cli("run", str(ROOT / "recipes" / "pendulum-sac.toml"), "--out", str(out),
+                     "--set", 'algorithm.replay_buffer={use="uniform", capacity=5000000}',  # 170 MB of slots
+                     "--set", "run.total_frames=200", "--set", "eval.episodes=1")
+    assert result.returncode == 0, result.stderr
+    assert (out / "checkpoint.pt").stat().st_size < 5_000_000  # 200 transitions and the networks
+    state = torch.load(out / "checkpoint.pt", weights_only=True)["algorithm"]
+    stored = [value for value in state.values() if isinstance(value, dict) and "capacity" in value]
+    assert stored and stored[0]["len"] == 200 and stored[0]["data"]["observation"].shape[0] == 200

@@ -254,7 +254,10 @@ class ReplayBuffer:
             "sampler": self._sampler_state(),
         }
         if self.storage_kind == "memory":
-            state["data"] = self._stored()[:n].to_dict() if n else {}
+            # the rows held, copied unless they are the whole ring: torch.save writes a view's whole storage, every
+            # slot of the ring (gigabytes, deaf to Ctrl-C meanwhile) for a few rows held
+            held = self._stored()[:n] if n else None
+            state["data"] = {} if held is None else (held if n == self.capacity else held.clone()).to_dict()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
