@@ -7,11 +7,13 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
+from rlplug.registry.components import Network
 from rlplug.registry.docs import ParamDoc, component_kind, describe, inline_toml, settings_docs
 
 
@@ -79,10 +81,10 @@ def init_recipe(algorithm: str, env: str, *, network: str | None = None, registr
         raise UserError(f"algorithm '{algorithm_spec.name}' has keys without defaults ({', '.join(missing)}); "
                         f"python -m rlplug show algorithm:{algorithm_spec.name} says what they take")
     recipe = validate({"env": env_table, "algorithm": algorithm_table}, file=f"init {algorithm} --env {env}")
-    check_builds(recipe, f"--env {env}")
+    unused = check_builds(recipe, f"--env {env}")
 
     command = f"python -m rlplug init {algorithm} --env {env}" + (f" --network {network}" if network else "")
-    writer = _RecipeWriter(registry)
+    writer = _RecipeWriter(registry, unused)
     writer.comment(f"{algorithm_spec.name} on {env}: a recipe with every key at its default (rlplug {__version__}).")
     writer.comment(f"Written by: {command}")
     writer.comment("Run it with: python -m rlplug run THIS_FILE.toml [--out DIR] [--set KEY=VALUE ...]")
@@ -106,31 +108,59 @@ def init_recipe(algorithm: str, env: str, *, network: str | None = None, registr
     return text
 
 
-def check_builds(recipe, label: str) -> None:
+#: a network's keys that shape only a stochastic policy over continuous actions (rlplug.core.heads.with_head)
+CONTINUOUS_POLICY_KEYS = ("log_std", "log_std_init", "squash")
+
+
+def check_builds(recipe, label: str) -> dict[str, tuple[str, ...]]:
     """``UserError`` where the algorithm cannot be built on the env (dqn on continuous actions, say): what
-    ``run`` would refuse only after validation, found before a recipe that cannot run is written."""
+    ``run`` would refuse only after validation, found before a recipe that cannot run is written. Returns,
+    by the algorithm's network key, the keys that network ignores in the role the algorithm built it for (a Q
+    critic's or a categorical policy's ``log_std`` and ``squash``)."""
     import tempfile
 
+    from rlplug.core.heads import layout_of
     from rlplug.core.transformed import build_transformed
     from rlplug.errors import UserError
 
+    roles: dict[str, str] = {}
+    networks = {name: _RoleNoted(value.spec, value.params, value.path, roles=roles, key=name)
+                for name, value in recipe.algorithm.params.items() if isinstance(value, Network)}
     env = build_transformed(recipe.env, device="cpu")
     try:
         with tempfile.TemporaryDirectory() as scratch:
-            recipe.algorithm.build(observation_spec=env.observation_spec, action_spec=env.action_spec, device="cpu",
-                                   seed=0, total_frames=recipe.run.total_frames, run_dir=Path(scratch))
+            recipe.algorithm.with_params(**networks).build(
+                observation_spec=env.observation_spec, action_spec=env.action_spec, device="cpu", seed=0,
+                total_frames=recipe.run.total_frames, run_dir=Path(scratch))
+        continuous = layout_of(env.action_spec, env.observation_spec).kind == "continuous"
     except UserError as error:
         raise UserError(f"{label}: {error}") from None
     finally:
         env.close()
+    return {name: CONTINUOUS_POLICY_KEYS for name, role in roles.items() if role != "policy" or not continuous}
+
+
+@dataclass(frozen=True)
+class _RoleNoted(Network):
+    """A network that notes the role the algorithm builds it for (init writes only the keys that role reads)."""
+
+    roles: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
+    key: str = ""
+
+    def build(self, **context: Any) -> Any:
+        if "role" in context:
+            self.roles[self.key] = context["role"]
+        return super().build(**context)
 
 
 class _RecipeWriter:
     """TOML text with a comment line (type, description) above every key, nested components' tables after
     their parent's keys. Values are written one per line (tomli_w's scalars, arrays and tables inline)."""
 
-    def __init__(self, registry, width: int = 100):
-        self.registry, self.width = registry, width
+    def __init__(self, registry, unused: dict[str, tuple[str, ...]] | None = None, width: int = 100):
+        """``unused``: by the algorithm's network key, the keys left out of that network's table (defaults
+        all, which the network ignores in its role)."""
+        self.registry, self.width, self.unused = registry, width, unused or {}
         self.lines: list[str] = []
 
     def text(self) -> str:
@@ -177,10 +207,15 @@ class _RecipeWriter:
                  if about is not None else f"[{'[' if array else ''}{header}{']' if array else ''}]: {role}")
         provided = f"{spec.kind} '{spec.name}' from plugin {spec.plugin} {spec.version}" + \
             (f": {doc.summary}" if doc.summary else "")
-        rows = [(p, component.params.get(p.name)) for p in doc.params]
+        unused = self.unused.get(about.name, ()) if about is not None and header.count(".") == 1 else ()
+        rows = [(p, component.params.get(p.name)) for p in doc.params if p.name not in unused]
         nested = [(p, value) for p, value in rows if isinstance(value, Component)]
         self.table(header, title, [row for row in rows if row not in nested], array=array,
                    use=(self._use_name(spec), provided))
+        left_out = [p.name for p in doc.params if p.name in unused]
+        if left_out and about is not None:
+            self.comment(f"({', '.join(left_out)}: continuous stochastic policies only, unused as {about.name} "
+                         f"here)")
         for param, value in nested:
             self.component(f"{header}.{key_text(param.name)}", value, role=param.name, about=param)
 

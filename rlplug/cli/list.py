@@ -16,6 +16,7 @@ def add_commands(subparsers) -> None:
 def cmd_list(args: argparse.Namespace) -> int:
     from rlplug.errors import plural
     from rlplug.registry import get_registry
+    from rlplug.registry.docs import first_sentence, summary_of
     from rlplug.registry.registry import KINDS
 
     registry = get_registry()
@@ -23,7 +24,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         data = {
             "components": {
                 kind: [{"name": s.name, "qualified_name": s.qualified_name, "plugin": s.plugin,
-                        "version": s.version, "summary": s.summary, "aliases": list(s.aliases),
+                        "version": s.version, "summary": summary_of(s), "aliases": list(s.aliases),
                         "parameters": parameters(s)} for s in registry.specs[kind]]
                 for kind in KINDS
             },
@@ -45,8 +46,10 @@ def cmd_list(args: argparse.Namespace) -> int:
             table.add_column(column)
         for spec in sorted(registry.specs[kind], key=lambda s: (s.name, s.plugin)):
             aliases = f" ({', '.join(spec.aliases)})" if spec.aliases else ""
-            # Text, not markup: a summary's "[64, 64]" is text, not a rich style
-            table.add_row(Text(spec.name + aliases), Text(f"{spec.plugin} {spec.version}"), Text(spec.summary))
+            # Text, not markup: a summary's "[64, 64]" is text, not a rich style. Its first whole sentence (the
+            # registry keeps the docstring's first line, which may stop mid-sentence), code quotes dropped
+            summary = first_sentence(summary_of(spec)).replace("`", "")
+            table.add_row(Text(spec.name + aliases), Text(f"{spec.plugin} {spec.version}"), Text(summary))
         console.print(table)
         console.print()
     registry.report_failures()

@@ -112,7 +112,7 @@ def make_recurrent(cell: Cell, *, observation_spec: Composite, action_spec: Tens
     shape = observation_shape(observation_spec)
     if len(shape) != 1:
         raise UserError(f"{cell} networks read one-dimensional observations, got shape {list(shape)}; "
-                        f"set flatten_observations in the env")
+                        f"flatten them where the env can (the gym env's flatten_observations = true)")
     key = observation_key(observation_spec)
     state = [f"{role}_h", f"{role}_c"] if cell == "lstm" else [f"{role}_h"]
     features = f"{role}_features"

@@ -90,7 +90,25 @@ def describe(spec) -> ComponentDoc:
                        tidy(comments.get(name) or described.get(name) or nested_note(param.annotation)))
               for name, param in schema.params.items()]
     context = {name: CONTEXT_NAMES[name] for name in CONTEXT_NAMES if name in schema.context}
-    return ComponentDoc(spec, tidy(spec.summary or summary), tidy_block(body), params, context)
+    return ComponentDoc(spec, summary_of(spec, summary), tidy_block(body), params, context)
+
+
+def summary_of(spec, paragraph: str | None = None) -> str:
+    """``spec``'s summary as prose: the docstring's whole first paragraph (``paragraph``, else read) where
+    the plugin gave none, since the registry keeps only the docstring's first line, which may stop mid-sentence."""
+    doc = inspect.getdoc(_unwrap(spec.factory)) or ""
+    first_line = doc.strip().splitlines()[0] if doc.strip() else ""
+    if spec.summary and spec.summary != first_line:  # given at registration: the plugin's own words
+        return tidy(spec.summary)
+    if paragraph is None:
+        paragraph = inspect.cleandoc(doc).partition("\n\n")[0] if doc else ""
+    return tidy(paragraph)
+
+
+def first_sentence(text: str) -> str:
+    """The first sentence of ``text`` (up to a full stop followed by a capital), for one-line listings."""
+    match = re.search(r"(?<=[.!?])\s+(?=[A-Z])", text)
+    return text[:match.start()] if match else text
 
 
 def settings_docs(cls: type, values: Any) -> list[tuple[ParamDoc, Any]]:
@@ -264,7 +282,7 @@ def _options(annotation: Any) -> list[Any]:
 
 
 def constraints_of(annotation: Any) -> str:
-    """The checks an ``Annotated`` type carries, as text: ``>= 1``, ``> 0, <= 1``, ``checked by fn``."""
+    """The bounds an ``Annotated`` type carries, as text: ``>= 1``, ``> 0, <= 1`` (other checks say nothing)."""
     import types
 
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
@@ -274,8 +292,7 @@ def constraints_of(annotation: Any) -> str:
         return ""
     parts = []
     for rule in args[1:]:
-        if hasattr(rule, "fn"):
-            parts.append(f"checked by {getattr(rule.fn, '__name__', 'a function')}")
+        if hasattr(rule, "fn"):  # its rule is in its error message; the function's name means nothing to a user
             continue
         for attr, symbol in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
             bound = getattr(rule, attr, None)

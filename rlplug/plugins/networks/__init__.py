@@ -67,8 +67,8 @@ def make_mlp(
         _refuse_entries("mlp", observation_spec)
         from rlplug.errors import UserError
 
-        raise UserError(f"mlp reads one-dimensional observations, and this env's have shape {shape}; set "
-                        f"env.flatten_observations = true, or use cnn for images")
+        raise UserError(f"mlp reads one-dimensional observations, and this env's have shape {shape}; use cnn for "
+                        f"images, or flatten them where the env can (the gym env's flatten_observations = true)")
     return _network(hidden_layers(hidden, activation), observation_spec, action_spec, role, init=init, log_std=log_std,
                     log_std_init=log_std_init, squash=squash, device=device)
 
@@ -119,8 +119,8 @@ def _refuse_entries(name: str, observation_spec) -> None:
         dims = observation_spec.ndim
         shown = ", ".join(f"{key} {list(spec.shape[dims:])}" for key, spec in entries.items())
         raise UserError(f"{name} reads one observation tensor, and this env's observation is a Dict of entries "
-                        f"({shown}); use cnn, which reads images and vectors together, or set "
-                        f"env.flatten_observations = true to concatenate them")
+                        f"({shown}); use cnn, which reads images and vectors together, or concatenate them where "
+                        f"the env can (the gym env's flatten_observations = true)")
 
 
 def make_cnn(

@@ -45,7 +45,14 @@ def connect_ray(runner) -> bool:
         # logical CPUs for the workers asked for, even on a smaller machine (oversubscribed rather than stuck)
         needed = math.ceil(sum(options["num_cpus"] * count for _, count, options, _ in actor_groups(runner)))
         check_local_processes(runner)
-        ray.init(address="local", num_cpus=max(os.cpu_count() or 1, needed), **options)
+        try:
+            ray.init(address="local", num_cpus=max(os.cpu_count() or 1, needed), **options)
+        except Exception as error:  # "The current node timed out during startup", a temp dir it cannot use...
+            failed_start(ray)
+            raise UserError(f"Ray could not start a local instance for this run ({first_line(error)}); check that "
+                            f"Ray's temporary directory ({os.environ.get('RAY_TMPDIR') or '/tmp/ray'}: RAY_TMPDIR) "
+                            f"is writable with space left and that memory is free ('ray stop' ends Ray processes "
+                            f"left by earlier runs), then run again", path="runner") from None
         return True
     problem = unreachable(runner.address)
     if problem is None:
@@ -55,11 +62,25 @@ def connect_ray(runner) -> bool:
                 ray.init(address=runner.address, **options)
             return True
         except Exception as error:  # ConnectionError, ValueError, RuntimeError, grpc's: all the same to a user
-            text = str(error).strip()
-            problem = text.splitlines()[0][:200] if text else type(error).__name__
+            failed_start(ray)
+            problem = first_line(error)
     raise UserError(f"cannot connect to the Ray cluster at '{runner.address}' ({problem}); start one with "
                     f"'ray start --head', or leave runner.address out for a local Ray instance",
                     path="runner.address")
+
+
+def first_line(error: BaseException) -> str:
+    """What ``ray.init`` raised, in a few words: its message's first sentence (Ray's go on for paragraphs)."""
+    text = str(error).strip()
+    return text.splitlines()[0].split(". ")[0][:200].rstrip(".") if text else type(error).__name__
+
+
+def failed_start(ray) -> None:
+    """Whatever a failed ``ray.init`` started, stopped (a later ``ray.init`` in this process starts afresh)."""
+    try:
+        ray.shutdown()
+    except Exception:  # nothing was started, or it is already gone: nothing to stop
+        pass
 
 
 def check_local_processes(runner) -> None:
