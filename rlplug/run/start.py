@@ -142,6 +142,7 @@ def until_done_or_stopped(run: Run | BatchedRun) -> int:
               f"(send it again to stop at once)", file=sys.stderr, flush=True)
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    print(f"run directory: {run.run_dir}", flush=True)  # now, not only at the end: where to look while it trains
     try:
         summary = run.train()
     except OSError as error:  # a full disk, say: what, where, and how to go on

@@ -85,6 +85,8 @@ class Run:
     eval_env_borrowed: bool = field(default=False, repr=False)
     #: the checkpoint this run started from (``--init-from``), kept in its summary and checkpoints
     init_from: dict[str, Any] | None = None
+    #: when the training under way started (``time.perf_counter()``): its seconds so far count in checkpoints
+    training_since: float | None = field(default=None, repr=False)
 
     @classmethod
     def build(cls, recipe: Recipe, run_dir: Path, *, resuming: bool = False) -> Run:
@@ -150,6 +152,7 @@ class Run:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.write_recipe()
         self.loggers, self.loggers_started = [], False
+        self.training_since = time.perf_counter()
 
     def start_loggers(self) -> None:
         settings = self.recipe.run
@@ -185,6 +188,7 @@ class Run:
 
     def end(self, outcome: dict[str, Any], failing: bool, seconds: float) -> None:
         self.train_seconds += seconds
+        self.training_since = None
         with reported(True, "the runner did not shut down cleanly"):
             # workers elsewhere stop whatever way training ends (a later train() starts them again)
             self.collector.shutdown()
@@ -443,7 +447,9 @@ class Run:
                        "parameter_records": changes.recorded(self.run_dir),  # the lines of parameters.jsonl held
                        "env": self.env_statistics(),
                        "frames": self.frames, "iterations": self.iterations,
-                       "episodes": self.collector.tracker.episodes, "train_seconds": self.train_seconds,
+                       "episodes": self.collector.tracker.episodes, "train_seconds": self.seconds_so_far(),
+                       # the recent return goes on where a resume starts (summary.json's train_return_recent)
+                       "recent_returns": [float(r) for r in getattr(self.collector.tracker, "recent", ())],
                        "rng": rng_state(), "saved_at": datetime.now(UTC).isoformat(),
                        **({"init_from": self.init_from} if self.init_from else {})})
 
@@ -458,6 +464,10 @@ class Run:
         self.init_from = state.get("init_from")
         self.frames, self.iterations = state["frames"], state["iterations"]
         self.collector.tracker.episodes = state["episodes"]
+        recent = getattr(self.collector.tracker, "recent", None)
+        if recent is not None:
+            recent.clear()
+            recent.extend(state.get("recent_returns", ()))
         self.train_seconds = state.get("train_seconds", 0.0)
         set_rng_state(state["rng"])
         self.collector.restart(seed=episode_seed(self.recipe.run.seed, self.frames))
@@ -468,6 +478,10 @@ class Run:
         load = capability(self.collector, protocols.Collector.load_statistics)
         if load:
             load(statistics)
+
+    def seconds_so_far(self) -> float:
+        """Seconds trained, the training under way's included (a resume goes on counting from a checkpoint)."""
+        return self.train_seconds + (time.perf_counter() - self.training_since if self.training_since else 0.0)
 
     def save_checkpoint(self, path: Path) -> None:
         write_atomically(path, self.checkpoint_bytes())

@@ -45,17 +45,22 @@ class ConsoleLogger:
     def log(self, metrics: dict[str, float], frames: int) -> None:
         self.latest.update(metrics)
         if self.progress is not None:
-            self.progress.update(self.task, completed=frames, status=self.status())
+            self.progress.update(self.task, completed=min(frames, self.total_frames), status=self.status())
             return
         now = time.monotonic()
         if "eval_return_mean" in metrics:
             spread = f" +- {metrics['eval_return_std']:.3g}" if "eval_return_std" in metrics else ""
-            print(f"frames {frames}/{self.total_frames}  eval return {metrics['eval_return_mean']:.4g}{spread}",
-                  flush=True)
+            print(f"{self.where(frames)}  eval return {metrics['eval_return_mean']:.4g}{spread}", flush=True)
         elif self.every_row or now - self.last_line >= self.every_seconds or frames >= self.total_frames:
             self.last_line = now
-            percent = 100.0 * frames / self.total_frames
-            print(f"frames {frames}/{self.total_frames} ({percent:.0f}%)  {self.status()}", flush=True)
+            print(f"{self.where(frames)}  {self.status()}", flush=True)
+
+    def where(self, frames: int) -> str:
+        """``frames 5120/10000 (51%)``; past the total (the last batch is collected whole), ``frames 10240
+        (done: 10000 asked, the last batch whole)`` rather than more than 100%."""
+        if frames <= self.total_frames:
+            return f"frames {frames}/{self.total_frames} ({100.0 * frames / self.total_frames:.0f}%)"
+        return f"frames {frames} (done: {self.total_frames} asked, the last batch whole)"
 
     def status(self) -> str:
         """The headline metrics as last logged (formatted only when shown: off-policy runs log every step)."""
