@@ -177,8 +177,9 @@ def test_what_cannot_be_served_is_one_line_naming_the_key(tmp_path, overrides, f
 
 
 def test_a_sequence_length_that_does_not_divide_the_rows_is_one_line(tmp_path):
-    agent = rlplug.Agent.from_recipe(RECIPE, out=tmp_path / "run", **{**SMALL, "algorithm.sequence_length": 5})
+    # 64 divides frames_per_batch (128), as the build checks, but not the 32 steps of each of the 4 envs
+    agent = rlplug.Agent.from_recipe(RECIPE, out=tmp_path / "run", **{**SMALL, "algorithm.sequence_length": 64})
     with pytest.raises(rlplug.UserError) as caught:
         agent.run.algorithm.prepare(agent.run.collector.collect(), 32)
     message = str(caught.value)
-    assert "\n" not in message and "algorithm.sequence_length" in message and "= 32), got 5" in message
+    assert "\n" not in message and "algorithm.sequence_length" in message and "= 32), got 64" in message
