@@ -122,6 +122,17 @@ def test_a_request_ends_a_long_update_between_gradient_steps(tmp_path):
     assert [(r["name"], r["new"]) for r in records(out)] == [("algorithm.epochs", 1)]
 
 
+def test_set_refuses_the_values_run_refuses(constant_lr, tmp_path):
+    """An update of 10^9 epochs: refused by set as by run, in one line, with nothing written."""
+    out = copied_run(constant_lr, tmp_path)
+    (out / "summary.json").unlink()  # as a run killed mid-training, which set would leave its request for
+    run_refusal = one_line_error(run_cli("run", str(CANONICAL), "--out", str(tmp_path / "new"), *SHORT,
+                                         "--set", "algorithm.epochs=1e9"), "algorithm.epochs")
+    set_refusal = one_line_error(run_cli("set", str(out), "algorithm.epochs=1e9"), "algorithm.epochs")
+    assert run_refusal.split("algorithm.epochs", 1)[1] == set_refusal.split("algorithm.epochs", 1)[1]
+    assert not (out / "set-requests").exists() and not (tmp_path / "new").exists()
+
+
 # ---- a finished run takes no request
 
 def test_set_on_a_finished_run_says_it_would_never_take_effect(constant_lr, tmp_path):
