@@ -165,3 +165,13 @@ def test_each_hookspec_states_the_context_its_kind_is_given():
         row = re.search(rf"^\| `{hook}` \|.*$", docs, re.M)
         assert row, f"docs/writing-plugins.md has no row for {hook}"
         assert re.findall(r"`(\w+)`", row.group(0).split("|")[-2]) == list(hookspecs.CONTEXT[kind]), hook
+
+
+def test_the_run_layer_knows_an_algorithm_only_by_its_protocol():
+    """What may change live, whether seeds batch, what the run checkpoints: protocol members, so that a plugin's
+    algorithm gets what a built-in gets; nothing that drives runs imports the built-in algorithms or the kit."""
+    drivers = [name for name in MODULES if name.startswith(("rlplug.run", "rlplug.cli")) or name == "rlplug.agent"]
+    reaching = sorted(f"{name} imports {target}" for name in drivers
+                      for target in imported_modules(name, MODULES[name])
+                      if target.startswith(("rlplug.plugins.algorithms", "rlplug.algorithms")))
+    assert not reaching, "; ".join(reaching)

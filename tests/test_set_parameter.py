@@ -114,7 +114,7 @@ def test_every_family_on_the_algorithm_itself(recipe, name, value, reached):
                                       total_frames=built.run.total_frames)
     algorithm.update_algorithm_parameter(name, value)
     assert reached(algorithm) == pytest.approx(value)
-    assert algorithm.parameter_changes == {name: value}  # what a checkpoint keeps
+    assert algorithm.parameter_changes() == {name: value}  # what a checkpoint keeps (the protocol member)
     env.close()
 
 
@@ -220,3 +220,44 @@ def test_set_on_a_live_run(tmp_path):
     state = checkpoints.load_checkpoint(out / "checkpoint.pt")
     assert state["algorithm"]["optimiser"]["param_groups"][0]["lr"] == pytest.approx(1e-4)
     assert not list((out / "set-requests").glob("*.json"))  # taken
+
+
+@pytest.mark.parametrize(("recipe", "name", "value"), [
+    ("pendulum-sac.toml", "alpha", "0.5"), ("cartpole-dqn.toml", "epsilon", "0.3")])
+def test_set_takes_the_changes_that_are_no_recipe_keys(tmp_path, recipe, name, value):
+    """SAC's alpha and DQN's epsilon change during a run though no recipe has such a key (before: `set` refused
+    them as unknown keys while the README and its own refusal listed them)."""
+    out = tmp_path / "run"
+    flags = ["--set", "run.total_frames=600", "--set", "eval.every_frames=300", "--set", "eval.episodes=1",
+             "--set", "algorithm.learning_starts=100", "--set", "callbacks=[{use='stop-at-return', threshold=-1e9}]"]
+    assert run_cli("run", str(RECIPES / recipe), "--out", str(out), *flags).returncode == 0
+    asked = run_cli("set", str(out), f"algorithm.{name}={value}")
+    assert asked.returncode == 0, asked.stderr
+    resumed = run_cli("resume", str(out), "--set", "callbacks=[]")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"algorithm.{name}" in resumed.stdout and f"-> {value}" in resumed.stdout, resumed.stdout
+    assert checkpoints.load_checkpoint(out / "checkpoint.pt")["parameters"] == {name: float(value)}
+
+
+def test_the_readme_lists_what_set_takes():
+    """The README's list of what may change is every name some shipped recipe's algorithm takes, and no other."""
+    import re
+
+    from rlplug.recipe import load
+    from rlplug.registry import protocols
+
+    text = (ROOT / "README.md").read_text()
+    listed_text = text[text.index("What may change:"):text.index("Networks, the loss, the buffer")]
+    listed = set(re.findall(r"`([a-z_.*/]+)`", listed_text))
+    taken: set[str] = set()
+    for path in sorted(RECIPES.glob("*.toml")):
+        try:
+            recipe = load(path)
+        except UserError:  # an env of an extra this venv lacks
+            continue
+        taken.update(protocols.live_parameters(recipe.algorithm.spec.factory).names(recipe.algorithm.params))
+    shown = {name for name in taken if not name.startswith("reward_")}
+    shown |= {"reward_*"} if any(n.startswith("reward_") for n in taken) else set()
+    # written `exploration_noise.sigma`/`final_sigma`
+    listed = {"exploration_noise.final_sigma" if name == "final_sigma" else name for name in listed}
+    assert listed == shown, (sorted(listed - shown), sorted(shown - listed))

@@ -23,7 +23,8 @@ from rlplug.registry.docs import field_comments, tidy
 #: each section's name in the guide -> the protocol it is written from: every kind, what a runner's and an
 #: algorithm's optional members hand back, and what a callback is handed
 SECTIONS: dict[str, type] = {**protocols.PROTOCOLS, "collector": protocols.Collector,
-                             "batched_update": protocols.BatchedUpdate, "callback_run": CallbackRun}
+                             "batched_update": protocols.BatchedUpdate, "live_parameters": protocols.LiveParameters,
+                             "callback_run": CallbackRun}
 
 _SECTION = re.compile(r"(<!-- contract:(?P<kind>[a-z_]+) -->\n)(?P<body>.*?)(<!-- /contract:(?P=kind) -->)", re.S)
 

@@ -98,6 +98,17 @@ class Algorithm(Protocol):
         first; copies built from one recipe, one per seed of ``seeds``) computed at once, a
         :class:`BatchedUpdate`. Raises ``UserError`` where this configuration cannot be (its loss, say)."""
 
+    @optional
+    def update_algorithm_parameter(self, name: str, value: Any) -> tuple[Any, Any]:
+        """pytorchrl's: change ``name`` of the algorithm's table (``lr``...) from the next update on; returns the
+        value before and the value now (converted). ``rlplug set`` calls it for a name the factory's
+        :class:`LiveParameters` took; it raises ``UserError`` where the built objects cannot take the value."""
+
+    @optional
+    def parameter_changes(self) -> dict[str, Any]:
+        """The changes made by :meth:`update_algorithm_parameter` since the algorithm was built (name -> value, in
+        order): a checkpoint keeps them, and a rebuilt run makes them again before loading its state."""
+
     # -- pytorchrl's acting half: every built-in algorithm's is rlplug.plugins.algorithms.acting's ---------------
 
     @optional
@@ -148,6 +159,28 @@ class Algorithm(Protocol):
     @optional
     def update_every(self) -> int:
         """Frames collected (over all envs) between updates."""
+
+
+class LiveParameters(Protocol):
+    """What of an algorithm may change during a run (``rlplug set``), read before anything is built: an algorithm
+    factory's ``live_parameters`` attribute (every factory :func:`rlplug.algorithms.factory_for` makes has one;
+    an algorithm without it takes no changes). ``values``: the algorithm's recipe values, validated."""
+
+    def names(self, values: dict[str, Any]) -> list[str]:
+        """The names that may change for an algorithm of these recipe values."""
+
+    def annotation(self, values: dict[str, Any], name: str) -> Any:
+        """The type ``name``'s value is checked against; ``UserError`` naming what can change where ``name`` cannot."""
+
+    def check(self, values: dict[str, Any], name: str, value: Any) -> Any:
+        """``value`` for ``name`` checked by the recipe's rules and converted, or ``UserError`` at
+        ``algorithm.NAME``."""
+
+
+def live_parameters(factory: Any) -> LiveParameters | None:
+    """An algorithm factory's :class:`LiveParameters`, or None where it takes no changes during a run."""
+    found = getattr(factory, "live_parameters", None)
+    return found if found is not None and all(hasattr(found, m) for m in ("names", "annotation", "check")) else None
 
 
 class BatchedUpdate(Protocol):

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from rlplug.errors import RlplugWarning, UserError
-from rlplug.plugins.algorithms import parameters
 from rlplug.recipe import apply_override, read_toml, validate
+from rlplug.registry import protocols
 from rlplug.run.directory import BATCHED_MARKER, append_line, in_use, own_folder, refuse_link, write_atomically
 
 #: the folder of a run directory where ``rlplug set`` leaves its requests, one JSON file each
@@ -47,37 +47,52 @@ def checked_request(run_dir: Path, assignments: Sequence[str]) -> dict[str, Any]
                         f"seed's parameters; train the seeds one after another (--seeds without --batched)")
     data = read_toml(recipe_file)
     algorithm = validate(data, file=str(recipe_file)).algorithm
-    config_class = getattr(algorithm.spec.factory, "config_class", None)
-    if config_class is None:
-        raise UserError(f"{algorithm.title} is not a built-in algorithm: it has no parameters that change during "
-                        f"a run", file=str(recipe_file), path="algorithm")
+    live = protocols.live_parameters(algorithm.spec.factory)
+    if live is None:
+        raise UserError(f"{algorithm.title} has no parameters that change during a run (its factory has no "
+                        f"live_parameters)", file=str(recipe_file), path="algorithm")
     try:
-        return checked_values(data, algorithm, config_class, assignments, str(recipe_file))
+        return checked_values(data, algorithm, live, assignments, str(recipe_file))
     except UserError as error:
         raise error.located(file=error.file or str(recipe_file)) from None
 
 
-def checked_values(data: dict[str, Any], algorithm: Any, config_class: type, assignments: Sequence[str],
+def checked_values(data: dict[str, Any], algorithm: Any, live: protocols.LiveParameters, assignments: Sequence[str],
                    file: str) -> dict[str, Any]:
+    """The requested values, each checked by the recipe's rules; those of recipe keys also together, as the
+    recipe they make (``alpha``, DQN's ``epsilon`` are no recipe keys: checked alone)."""
     requested: dict[str, Any] = {}
+    keys = algorithm.spec.schema.params
     for text in assignments:
         key, sep, _ = text.partition("=")
         name = key.strip().removeprefix("algorithm.")
         if not sep or not key.strip().startswith("algorithm.") or not name:
             raise UserError(f"set {text!r}: expected algorithm.NAME=VALUE (e.g. algorithm.lr=1e-4); other recipe "
                             f"keys change with resume --set")
-        parameters.annotation_of(config_class, algorithm.params, name)  # a name that cannot change: refused first
+        live.annotation(algorithm.params, name)  # a name that cannot change: refused first
         scratch: dict[str, Any] = {}
         apply_override(scratch, text, file=file)
         value: Any = scratch
         for part in key.strip().split("."):
             value = value[part]
-        apply_override(data, text, file=file)
+        if name.split(".")[0] in keys:
+            apply_override(data, text, file=file)
         requested[name] = value
     changed = validate(data, file=file).algorithm  # the values by the recipe's rules, together
     for name, value in requested.items():
-        parameters.checked(config_class, changed.params, name, value)
+        live.check(changed.params, name, value)
     return requested
+
+
+def update_parameter(algorithm: Any, name: str, value: Any) -> tuple[Any, Any]:
+    """``algorithm.update_algorithm_parameter(name, value)`` (the protocol's), the value before and the value now;
+    one that returns nothing (pytorchrl's own signature) reports no value before."""
+    update = protocols.capability(algorithm, protocols.Algorithm.update_algorithm_parameter)
+    if update is None:
+        raise UserError(f"{type(algorithm).__name__} takes no parameter changes during a run",
+                        path=f"algorithm.{name}")
+    result = update(name, value)
+    return result if isinstance(result, tuple) and len(result) == 2 else (None, value)
 
 
 def request(run_dir: Path, assignments: Sequence[str]) -> tuple[dict[str, Any], bool]:
@@ -112,7 +127,7 @@ def change(run: Any, name: str, value: Any, source: str) -> tuple[Any, Any]:
     """Change ``name`` of ``run``'s algorithm (``run``: a :class:`~rlplug.run.trainer.Run`) and record it: a line
     of ``parameters.jsonl`` now, a metrics row (numbers only) at the start of the next iteration."""
     refuse_link(run.run_dir / RECORD)  # before the change: one that cannot be recorded is not made
-    old, new = parameters.update(run.algorithm, name, value)
+    old, new = update_parameter(run.algorithm, name, value)
     line = {"frame": run.frames, "name": f"algorithm.{name}", "old": old, "new": new, "source": source}
     append_line(run.run_dir / RECORD, json.dumps(line))  # on disk before the request is removed
     if isinstance(new, (int, float)):
@@ -209,7 +224,7 @@ def made_again(run: Any, held: int | None, frame: int) -> None:
                                         f"skipped"), stacklevel=2)
             continue
         try:
-            old, new = parameters.update(run.algorithm, name, value)
+            old, new = update_parameter(run.algorithm, name, value)
         except UserError as error:
             warnings.warn(RlplugWarning(f"{run.run_dir / RECORD}: line {number}: {error}; not changed"), stacklevel=2)
             continue

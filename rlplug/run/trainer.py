@@ -34,7 +34,6 @@ from rlplug.core.training import (
     storages_of,
 )
 from rlplug.errors import UserError, reported
-from rlplug.plugins.algorithms import parameters
 from rlplug.recipe import EVAL_SEED_OFFSET, Recipe, read_toml, validate
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability, checked_metrics, conform
@@ -256,7 +255,6 @@ class Run:
             self.close()
             raise
 
-
     @classmethod
     def from_checkpoint(cls, path: Path, run_dir: Path, *, changes: dict[str, Any] | None = None,
                         overrides: Sequence[str] = (), resuming: bool = False,
@@ -436,6 +434,11 @@ class Run:
                 log_video(path, self.frames)
         return path
 
+    def parameter_changes(self) -> dict[str, Any]:
+        """The algorithm's changes since it was built (``rlplug set``), for the checkpoint; none where it takes none."""
+        made = capability(self.algorithm, protocols.Algorithm.parameter_changes)
+        return dict(made()) if made is not None else {}
+
     def state_dict(self) -> dict[str, Any]:
         """Everything a checkpoint holds: plain tensors and numbers, loadable with ``weights_only=True``, and
         their digest."""
@@ -443,7 +446,7 @@ class Run:
         if fetch:
             fetch(self.algorithm)
         return sealed({"recipe": self.recipe.resolved(), "algorithm": self.algorithm.state_dict(),
-                       "parameters": parameters.changes(self.algorithm),
+                       "parameters": self.parameter_changes(),
                        "parameter_records": changes.recorded(self.run_dir),  # the lines of parameters.jsonl held
                        "env": self.env_statistics(),
                        "frames": self.frames, "iterations": self.iterations,
@@ -456,7 +459,8 @@ class Run:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a checkpoint: the same parameters, optimiser, statistics, counters and random
         states, and every env starting a new episode from the seed that the uninterrupted run used there."""
-        parameters.restore(self.algorithm, state.get("parameters", {}))  # changed during the run (rlplug set)
+        for name, value in state.get("parameters", {}).items():  # changed during the run (rlplug set)
+            changes.update_parameter(self.algorithm, name, value)
         self.algorithm.load_state_dict(state["algorithm"])
         self.collector.sync_weights()  # workers elsewhere act with the loaded weights from their next rollout
         if state.get("env"):

@@ -15,6 +15,7 @@ import typing
 from collections.abc import Callable
 from typing import Annotated, Any, Literal, TypeVar
 
+from rlplug.plugins.algorithms.parameters import LiveParameters
 from rlplug.registry.components import Component
 from rlplug.registry.manager import BUILTIN_PLUGIN
 from rlplug.registry.schema import Check, Range
@@ -128,4 +129,6 @@ def factory_for(config_class: type, algorithm: Callable[[], type],
     factory.__name__ = factory.__qualname__ = f"make_{config_class.__name__.removesuffix('Config').lower()}"
     # where `rlplug show` reads the fields' comments
     factory.config_class = config_class  # type: ignore[attr-defined]  # function attribute set at run time
+    # what `rlplug set` may change, read by the run layer through the protocol (registry.protocols.LiveParameters)
+    factory.live_parameters = LiveParameters(config_class)  # type: ignore[attr-defined]  # as config_class
     return factory

@@ -1,10 +1,11 @@
-"""Parameters changed while a run goes on (pytorchrl's ``update_algorithm_parameter``), for every built-in
-algorithm, in one place.
+"""Parameters changed while a run goes on (pytorchrl's ``update_algorithm_parameter``), for every algorithm on
+the kit (rlplug's and plugins'), in one place.
 
 An algorithm's config stays a frozen dataclass: a change is a ``dataclasses.replace`` of it, whose new value
 the algorithm reads at its next update (``lr``, ``epochs``, ``tau``...), and, where a built object holds its
 own copy (the loss's coefficients, the noise's sigma, the learners' rates), the value pushed into that object.
-What each name reaches is the small table of its family (:data:`ON_POLICY`, :data:`OFF_POLICY`). Every change
+What each name reaches is the small table of its family (:data:`ON_POLICY`, :data:`OFF_POLICY`), which the
+family's config names as its ``live_parameters`` class attribute (a subclass may extend it). Every change
 is recorded on the algorithm (:func:`changes`), so a checkpoint keeps it and a rebuilt run applies it again
 (:func:`restore`) before loading its state.
 
@@ -21,17 +22,14 @@ import math
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from rlplug.errors import ParameterError, UserError, did_you_mean
-from rlplug.plugins.algorithms.common import Positive
-from rlplug.plugins.algorithms.offpolicy.config import EntropyConfig, OffPolicyConfig
-from rlplug.plugins.algorithms.onpolicy.config import OnPolicyConfig
 from rlplug.registry.components import Component
-from rlplug.registry.schema import convert
+from rlplug.registry.schema import Range, convert
 
 #: the attribute of an algorithm holding its changes (name -> value, in the order made)
-CHANGES = "parameter_changes"
+CHANGES = "changed_parameters"
 #: the keys of a noise component that change during a run (the sigma its schedule starts from, and ends at)
 NOISE_KEYS = {"sigma": "initial_sigma", "final_sigma": "final_sigma"}
 
@@ -125,18 +123,33 @@ OFF_POLICY: dict[str, Entry] = {
     "epsilon": Entry(greedy_epsilon, fields=("epsilon_start", "epsilon_end"), current=lambda a: a.epsilon),
     "epsilon_start": Entry(greedy_epsilon), "epsilon_end": Entry(greedy_epsilon),
     "exploration_fraction": Entry(greedy_epsilon),
-    "alpha": Entry(entropy_coefficient, annotation=Positive, current=current_alpha,
-                   offered=lambda config_class: issubclass(config_class, EntropyConfig)),
+    "alpha": Entry(entropy_coefficient, annotation=Annotated[float, Range(gt=0.0)], current=current_alpha,
+                   offered=lambda config_class: "learn_entropy_coef" in field_names(config_class)),
 }
 
 
 def table(config_class: type) -> dict[str, Entry]:
-    """The family table of an algorithm's config class; a plugin's algorithm has none (its names are its own)."""
-    if issubclass(config_class, OnPolicyConfig):
-        return ON_POLICY
-    if issubclass(config_class, OffPolicyConfig):
-        return OFF_POLICY
-    return {}
+    """What may change for an algorithm of ``config_class``: its ``live_parameters`` class attribute (a family's
+    config sets its table, :data:`ON_POLICY` or :data:`OFF_POLICY`; a subclass may add entries of its own)."""
+    return dict(getattr(config_class, "live_parameters", {}))
+
+
+class LiveParameters:
+    """What of an algorithm may change during a run, read from its config class alone (torch-free: ``rlplug set``
+    checks a request against the stored recipe without building anything). :func:`factory_for` hands one to
+    every algorithm factory as its ``live_parameters`` (:class:`rlplug.registry.protocols.LiveParameters`)."""
+
+    def __init__(self, config_class: type):
+        self.config_class = config_class
+
+    def names(self, values: Mapping[str, Any]) -> list[str]:
+        return offered(self.config_class, values)
+
+    def annotation(self, values: Mapping[str, Any], name: str) -> Any:
+        return annotation_of(self.config_class, values, name)
+
+    def check(self, values: Mapping[str, Any], name: str, value: Any) -> Any:
+        return checked(self.config_class, values, name, value)
 
 
 def field_names(config_class: type) -> set[str]:
@@ -186,7 +199,7 @@ def checked(config_class: type, values: Mapping[str, Any], name: str, value: Any
 
 
 def built_in(config: Any) -> bool:
-    """Whether ``config`` is a built-in algorithm's (a config instance of a family with a table)."""
+    """Whether ``config`` is a kit algorithm's (a config instance of a family with a table)."""
     return dataclasses.is_dataclass(config) and not isinstance(config, type) and bool(table(type(config)))
 
 
@@ -199,8 +212,8 @@ def update(algorithm: Any, name: str, value: Any) -> tuple[Any, Any]:
     before and the value now (converted). Recorded in :func:`changes`. A refused change leaves it as it was."""
     config: Any = getattr(algorithm, "config", None)
     if not built_in(config):
-        raise UserError(f"{type(algorithm).__name__} is not a built-in algorithm: it has no parameters that change "
-                        f"during a run", path=f"algorithm.{name}")
+        raise UserError(f"{type(algorithm).__name__} has no parameters that change during a run (its config has no "
+                        f"live_parameters)", path=f"algorithm.{name}")
     values = config_values(config)
     new = checked(type(config), values, name, value)
     if name.startswith("exploration_noise."):
@@ -248,3 +261,17 @@ def restore(algorithm: Any, saved: Mapping[str, Any]) -> None:
     """Apply a checkpoint's changes again (before its state loads); a checkpoint written before any has none."""
     for name, value in saved.items():
         update(algorithm, name, value)
+
+
+class ChangesDuringRun:
+    """The algorithm's side of :class:`LiveParameters`, mixed into both families (the protocol's
+    ``update_algorithm_parameter`` and ``parameter_changes``)."""
+
+    def update_algorithm_parameter(self, name: str, value: Any) -> tuple[Any, Any]:
+        """pytorchrl's: change ``name`` of this algorithm's table (``lr``...) from the next update on; the value
+        before and the value now."""
+        return update(self, name, value)
+
+    def parameter_changes(self) -> dict[str, Any]:
+        """The changes made since the algorithm was built, in order: what a checkpoint keeps."""
+        return changes(self)

@@ -41,7 +41,6 @@ from torch import nn
 from rlplug.core.training import MetricMean, compile_in_place, summed, updates_stopped
 from rlplug.errors import RlplugWarning, UserError
 from rlplug.networks import is_discrete, observation_key
-from rlplug.plugins.algorithms import parameters
 from rlplug.plugins.algorithms.acting import OffPolicyActing
 from rlplug.plugins.algorithms.networks import build_network
 from rlplug.plugins.algorithms.offpolicy.config import DQNConfig, OffPolicyConfigs, PolyakTargets, SequencesConfig
@@ -55,6 +54,7 @@ from rlplug.plugins.algorithms.offpolicy.parts import (
     behind_preprocessor,
     mixed_precision_context,
 )
+from rlplug.plugins.algorithms.parameters import ChangesDuringRun
 from rlplug.registry import protocols
 from rlplug.registry.networks import OffPolicyNetworks
 from rlplug.registry.protocols import capability
@@ -69,7 +69,7 @@ TRANSITION_KEYS = ("observation", "action", ("next", "observation"), ("next", "r
 
 # -- the shared algorithm --------------------------------------------------------------------------------
 
-class OffPolicy(OffPolicyActing, GradientsInterface):
+class OffPolicy(OffPolicyActing, GradientsInterface, ChangesDuringRun):
     """The shared update; subclasses build their networks (:meth:`build`) and define :meth:`gradient_step`."""
 
     #: "continuous" or "discrete": the actions the algorithm acts in
@@ -366,11 +366,6 @@ class OffPolicy(OffPolicyActing, GradientsInterface):
     def preprocess(self, observation: torch.Tensor) -> torch.Tensor:
         observation = observation.float()
         return self.preprocessor(observation) if self.preprocessor is not None else observation
-
-    def update_algorithm_parameter(self, name: str, value: Any) -> None:
-        """pytorchrl's: change ``name`` of this algorithm's table (``lr``...) from the next update on
-        (:mod:`rlplug.plugins.algorithms.parameters`: what may change, and what it reaches)."""
-        parameters.update(self, name, value)
 
     # -- checkpoints ----------------------------------------------------------------------------------
 

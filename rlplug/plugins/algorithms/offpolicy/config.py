@@ -19,7 +19,7 @@ learns from all but their first ``burn_in`` steps.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, TypeAlias
+from typing import Annotated, Any, ClassVar, TypeAlias
 
 from rlplug.plugins.algorithms.common import (
     OPTIMIZERS,
@@ -34,6 +34,7 @@ from rlplug.plugins.algorithms.common import (
     named,
     rate_problem,
 )
+from rlplug.plugins.algorithms.parameters import OFF_POLICY, Entry
 from rlplug.plugins.limits import Limit
 from rlplug.registry.components import Loss, Network, Noise, Preprocessor, ReplayBuffer
 from rlplug.registry.schema import Check, Range
@@ -78,6 +79,9 @@ ActionSamples: TypeAlias = Annotated[int, Range(ge=1), Limit(10_000, "each gradi
 @dataclass(frozen=True)
 class OffPolicyConfig:
     """Options every off-policy algorithm takes: replay, update cadence, optimisation, reward shaping."""
+
+    #: what ``rlplug set`` may change during a run, and what each name reaches (not a recipe key)
+    live_parameters: ClassVar[dict[str, Entry]] = OFF_POLICY
 
     #: where transitions are kept and sampled from
     replay_buffer: ReplayBuffer = named(ReplayBuffer, "uniform")

@@ -52,16 +52,16 @@ from rlplug.core.training import (
 )
 from rlplug.errors import UserError
 from rlplug.networks import share_body
-from rlplug.plugins.algorithms import parameters
 from rlplug.plugins.algorithms.acting import OnPolicyActing
 from rlplug.plugins.algorithms.networks import build_network
 from rlplug.plugins.algorithms.onpolicy.config import OnPolicyConfig
 from rlplug.plugins.algorithms.onpolicy.gradients import GradientsInterface
 from rlplug.plugins.algorithms.onpolicy.sequences import Sequences
+from rlplug.plugins.algorithms.parameters import ChangesDuringRun
 from rlplug.registry import protocols
 
 
-class OnPolicy(OnPolicyActing, Sequences, GradientsInterface):
+class OnPolicy(OnPolicyActing, Sequences, GradientsInterface, ChangesDuringRun):
     """The shared update; subclasses replace :meth:`policy_loss` and may adapt after each minibatch."""
 
     uses_critic = True
@@ -232,11 +232,6 @@ class OnPolicy(OnPolicyActing, Sequences, GradientsInterface):
 
     def extra_metrics(self) -> dict[str, float]:
         return {}
-
-    def update_algorithm_parameter(self, name: str, value: Any) -> None:
-        """pytorchrl's: change ``name`` of this algorithm's table (``lr``...) from the next update on
-        (:mod:`rlplug.plugins.algorithms.parameters`: what may change, and what it reaches)."""
-        parameters.update(self, name, value)
 
     # -- checkpoints ----------------------------------------------------------------------------------
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Annotated, Any, TypeAlias
+from typing import Annotated, Any, ClassVar, TypeAlias
 
 from rlplug.errors import RlplugWarning, UserError
 from rlplug.plugins.algorithms.common import OPTIMIZERS, SCHEDULES, Count, NonNegative, Positive, Rate, loss_fits, named
+from rlplug.plugins.algorithms.parameters import ON_POLICY, Entry
 from rlplug.plugins.limits import Limit
 from rlplug.registry.components import Estimator, Loss, Network
 from rlplug.registry.schema import Check, Range
@@ -36,6 +37,9 @@ EntropyCoef: TypeAlias = Annotated[float, Range(ge=0.0), Limit(100, "the entropy
 @dataclass(frozen=True)
 class OnPolicyConfig:
     """Options every on-policy algorithm takes; subclasses change defaults and add their own."""
+
+    #: what ``rlplug set`` may change during a run, and what each name reaches (not a recipe key)
+    live_parameters: ClassVar[dict[str, Entry]] = ON_POLICY
 
     #: the policy network
     policy: Network = named(Network, "mlp")
