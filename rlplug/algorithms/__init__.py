@@ -56,6 +56,7 @@ from rlplug.plugins.algorithms.offpolicy.config import (
     SequencesConfig,
 )
 from rlplug.plugins.algorithms.onpolicy.config import OnPolicyConfig
+from rlplug.plugins.algorithms.parameters import Entry
 
 if TYPE_CHECKING:
     from rlplug.plugins.algorithms.networks import build_network
@@ -114,6 +115,8 @@ __all__ = [
     "LearningRate", "OPTIMIZERS", "SCHEDULES", "Distance",
     # registration (torch-free)
     "factory_for", "named", "loss_fits", "serving", "unset_to", "REPLAY_CONTEXT",
+    # what `rlplug set` may change: a config's `live_parameters` table, {name: Entry(...)} (torch-free)
+    "Entry",
     # the families (torch)
     "OffPolicy", "ActorCritic", "Stochastic", "DelayedActor", "DQN", "OnPolicy",
     # losses (torch)
