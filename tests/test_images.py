@@ -289,3 +289,97 @@ def test_an_env_with_no_readable_entry_is_refused_naming_each_entry():
     readable = Composite(count=Bounded(0, 5, shape=(2,), dtype=torch.int64),
                          position=Bounded(-1.0, 1.0, shape=(3,), dtype=torch.float32))
     assert chosen_entries(readable, None) == ["position"]
+
+
+# -- a TorchRL env's pixels beside its state ---------------------------------------------------------------
+
+TINY_CNN = {"channels": [4], "kernels": [8], "strides": [8], "hidden": [8]}
+
+
+def test_a_torchrl_env_with_pixels_beside_its_observation_has_cnn_read_both():
+    """TorchRL's ``GymEnv(from_pixels=True, pixels_only=False)`` renders ``pixels`` beside its state vector
+    ``observation``: an env built as a run builds it gathers both into ``observation`` (the image as rendered,
+    uint8), keeps TorchRL's spec contract, and ``cnn`` encodes the image and joins the state; a spec read before
+    that is one line saying so. Before, the image was left out and ``cnn`` said the env observes none."""
+    pytest.importorskip("pygame")  # classic control renders through it
+    from torchrl.envs import GymEnv
+    from torchrl.envs.utils import check_env_specs
+
+    from rlplug.envs import one_observation
+
+    raw = GymEnv("CartPole-v1", from_pixels=True, pixels_only=False)
+    with pytest.raises(rlplug.UserError) as caught:
+        cnn(raw.observation_spec, raw.action_spec, "value", **TINY_CNN)
+    assert "'pixels' [400, 600, 3]" in str(caught.value) and "one_observation" in str(caught.value)
+    env = one_observation(raw)
+    spec = env.observation_spec["observation"]
+    assert spec["pixels"].shape == (400, 600, 3) and spec["pixels"].dtype == torch.uint8
+    assert spec["observation"].shape == (4,)
+    check_env_specs(env, seed=0)
+    state = env.reset()
+    assert torch.equal(state.get(("observation", "pixels")), state.get("pixels"))
+    value = cnn(env.observation_spec, env.action_spec, "value", **TINY_CNN)
+    observation = state.get("observation")
+    darker, moved = observation.clone(), observation.clone()
+    darker.set("pixels", observation.get("pixels") // 2)
+    moved.set("observation", observation.get("observation") + 1.0)
+    values = [value.module(o) for o in (observation, darker, moved)]
+    assert not torch.equal(values[0], values[1]) and not torch.equal(values[0], values[2])  # both read
+    policy = cnn(env.observation_spec, env.action_spec, "policy", **TINY_CNN)
+    assert env.rollout(3, policy).get(("next", "observation", "pixels")).shape == (3, 400, 600, 3)
+
+
+def test_ppo_minibatches_of_a_dict_observation_are_drawn_as_its_tensors_are():
+    """An epoch gathers its shuffled batch key by key: a Dict observation's TensorDict had no ``index_select``,
+    so PPO with minibatches stopped with a traceback on image-plus-vector envs."""
+    from rlplug.core.training import Prepared
+
+    observation = TensorDict({"pixels": torch.arange(6, dtype=torch.uint8).reshape(6, 1, 1, 1).expand(6, 2, 2, 1),
+                              "observation": torch.arange(6.0).reshape(6, 1)}, batch_size=[6])
+    prepared = Prepared({"observation": observation, "advantage": torch.arange(6.0)}, 4, None)
+    minibatches = [prepared.minibatch(index) for index in range(prepared.steps)]
+    assert [len(minibatch) for minibatch in minibatches] == [4, 2]
+    for minibatch in minibatches:  # each row's entries kept together
+        rows = minibatch.get("advantage")
+        assert torch.equal(minibatch.get(("observation", "observation")).reshape(-1), rows)
+        assert torch.equal(minibatch.get(("observation", "pixels"))[:, 0, 0, 0], rows.to(torch.uint8))
+    assert sorted(torch.cat([m.get("advantage") for m in minibatches]).tolist()) == list(range(6))
+
+
+@pytest.mark.slow
+def test_a_plugin_returning_a_torchrl_env_with_pixels_beside_its_state_trains_with_cnn(tmp_path, install):
+    """Through the command line: PPO with ``cnn`` on TorchRL's ``GymEnv(from_pixels=True, pixels_only=False)``
+    as a plugin returns it, its minibatches drawn from the Dict observation (a TensorDict, gathered as the
+    tensors are)."""
+    pytest.importorskip("pygame")
+    where = install({"pixels": '''
+        import rlplug
+
+        def make_rendered_cartpole():
+            from torchrl.envs import GymEnv
+            return GymEnv("CartPole-v1", from_pixels=True, pixels_only=False)
+
+        @rlplug.hookimpl
+        def rlplug_register_envs(register):
+            register("rendered-cartpole", make_rendered_cartpole)
+    '''}, dist="rendered")
+    network = "{use = \"cnn\", channels = [4], kernels = [8], strides = [8], hidden = [8]}"
+    recipe = write_recipe(tmp_path, f"""
+        [run]
+        total_frames = 64
+        [env]
+        use = "rendered-cartpole"
+        [algorithm]
+        use = "ppo"
+        frames_per_batch = 32
+        minibatch_size = 16
+        epochs = 1
+        policy = {network}
+        critic = {network}
+        [eval]
+        episodes = 1
+    """)
+    result = rlplug_cli("run", str(recipe), "--out", str(tmp_path / "run"), path=where, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["frames"] == 64, summary

@@ -29,7 +29,7 @@ from torchrl.data import Composite
 from torchrl.modules import ConvNet
 
 from rlplug.core.layers import HIDDEN_GAIN, LAYERS, Init
-from rlplug.core.observations import is_image
+from rlplug.core.observations import is_image, key_name
 from rlplug.errors import UserError
 
 #: Images at least this many pixels on their shorter side get the Nature DQN encoder (the least it fits).
@@ -173,6 +173,12 @@ def image_encoder(observation_spec: Composite, key, *, channels=None, kernels=No
               if is_image(entry, env_dims)}
     if not images:
         shapes = ", ".join(f"'{name}' {list(entry.shape[env_dims:])}" for name, entry in entries.items())
+        beside = [f"'{key_name(name)}' {list(entry.shape[env_dims:])}" for name, entry in
+                  observation_spec.items(True, True) if name != key and is_image(entry, env_dims)]
+        if beside:  # a spec read as the env gives it, before one_observation gathered its entries
+            raise UserError(f"cnn reads the observation entry {shapes}, and the env's images ({', '.join(beside)}) "
+                            f"are beside it; build the env with rlplug.envs.one_observation (as a run does), "
+                            f"which gathers them into it")
         raise UserError(f"cnn encodes images (entries of 2 or more dims), and this env observes none ({shapes}); "
                         f"use mlp")
     chosen = architecture(list(images.values()), channels, kernels, strides, hidden)

@@ -9,7 +9,8 @@ The entries themselves stay (a stateless env such as ``PendulumEnv`` reads its s
 
 Which entries: ``in_keys`` where given; otherwise an env that declares ``observation`` keeps it, be it one
 tensor or a TensorDict of named entries (rlplug's ``gym`` env, whose Dict observations are such; transforms
-such as ``StepCounter`` add entries that are not observations), and any other
+such as ``StepCounter`` add entries that are not observations), with the images it declares beside a tensor
+``observation`` (TorchRL's ``GymEnv(..., from_pixels=True, pixels_only=False)``: ``pixels``) read too; any other
 env has all its floating-point entries and uint8 images read, nested ones included, in the order the env
 declares them. An entry no network can read (integers, booleans) is a :class:`UserError` naming it and what
 to do. The env's own reward that a recipe's transforms keep (``env_reward``) is never read.
@@ -145,13 +146,13 @@ def entry_problem(key, spec, batch_dims: int) -> str | None:
 
 
 def chosen_entries(spec: Composite, in_keys: Sequence[str] | None) -> list | None:
-    """The keys to concatenate into ``observation``, or None where the env's own ``observation`` is read."""
+    """The keys to gather into ``observation``, or None where the env's own ``observation`` is read as it is."""
     # the env's own reward, kept beside a reshaped one by the recipe's transforms, is no observation
     leaves = [key for key in spec.keys(True, True) if key != ENV_REWARD]
     names = [key_name(key) for key in leaves]
     if in_keys is None:
         if OBSERVATION in spec.keys():  # a tensor, or a TensorDict of named entries (a Dict observation)
-            return None
+            return images_beside(spec, leaves)
         problems = [entry_problem(key, spec[key], spec.ndim) for key in leaves]
         readable = [key for key, problem in zip(leaves, problems) if problem is None]
         if not readable:
@@ -175,10 +176,25 @@ def chosen_entries(spec: Composite, in_keys: Sequence[str] | None) -> list | Non
         raise UserError(f"names an entry twice: {list(in_keys)}", path="env.in_keys")
     if chosen == [OBSERVATION]:
         return None
-    if OBSERVATION in leaves:
+    # with an image, the env's own observation is one entry of the Dict; otherwise it would be overwritten
+    gathered = OBSERVATION in chosen and any(is_image(spec[key], spec.ndim) for key in chosen)
+    if OBSERVATION in leaves and not gathered:
         raise UserError("the env already declares an 'observation' entry, which rlplug would overwrite: choose "
-                        "['observation'] alone, or rename it first (TorchRL's RenameTransform)", path="env.in_keys")
+                        "['observation'] alone or with images, or rename it first (TorchRL's RenameTransform)",
+                        path="env.in_keys")
     return chosen
+
+
+def images_beside(spec: Composite, leaves: list) -> list | None:
+    """``observation`` and the images the env declares beside it (TorchRL's ``GymEnv(from_pixels=True,
+    pixels_only=False)``: ``pixels`` beside the state vector), in the env's order; None where there are none
+    or ``observation`` is a Dict already. An env that renders its images beside its state is read whole: ``cnn``
+    encodes the images and joins the state."""
+    if isinstance(spec[OBSERVATION], Composite):
+        return None
+    images = [key for key in leaves if key != OBSERVATION and entry_problem(key, spec[key], spec.ndim) is None
+              and is_image(spec[key], spec.ndim)]
+    return [key for key in leaves if key == OBSERVATION or key in images] if images else None
 
 
 def one_observation(env: EnvBase, in_keys: Sequence[str] | None = None) -> EnvBase:

@@ -333,8 +333,9 @@ class Prepared:
             return TensorDict(self.data, batch_size=self.rows(self.length))
         if index == 0:
             order = torch.randperm(self.length, device=self.data["advantage"].device)
-            self.shuffled = {key: value.index_select(0, order).split(self.minibatch_size)
-                             for key, value in self.data.items()}
+            # a Dict observation's TensorDict has no index_select: it is indexed
+            self.shuffled = {key: (value.index_select(0, order) if isinstance(value, torch.Tensor) else value[order])
+                             .split(self.minibatch_size) for key, value in self.data.items()}
         rows = min(self.minibatch_size, self.length - index * self.minibatch_size)
         return TensorDict({key: parts[index] for key, parts in self.shuffled.items()}, batch_size=self.rows(rows))
 
