@@ -206,3 +206,48 @@ def test_a_learner_lost_with_its_node_stops_the_run_keeping_its_checkpoint_and_r
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["frames"] == kept + 512
+
+
+def test_sigterm_to_the_run_s_process_group_stops_it_after_the_learners_update_with_a_checkpoint(tmp_path):
+    """SIGTERM to the whole process group, as ``timeout``, a batch scheduler or a terminal's job control send
+    it, while two SAC learners are in a long update: the local Ray instance's processes (which share the group)
+    used to die of it, taking the learners and their state with them before the checkpoint the signal asks for
+    ("Connection reset by peer"). Now the update ends, the checkpoint holds it, exit 143, and ``resume`` goes on
+    from it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import cli_environment
+    from test_ray import metrics as logged
+
+    out = tmp_path / "run"
+    sets = ["runner.use=ray", "runner.workers=2", "runner.learners=2", "algorithm.steps_per_update=32",
+            "algorithm.gradient_steps=256", "algorithm.batch_size=64", "algorithm.learning_starts=64",
+            "run.total_frames=10000000", "run.checkpoint_every_frames=0", "eval.every_frames=0", "eval.episodes=1"]
+    command = [sys.executable, "-m", "rlplug", "run", str(SAC), *(p for s in sets for p in ("--set", s)), "--out",
+               str(out)]
+    process = subprocess.Popen(command, cwd=ROOT, env=cli_environment(None), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not ((out / "metrics.csv").exists() and any(float(r["frames"]) >= 128 for r in logged(out))):
+            assert process.poll() is None, finished(process).stderr[-2000:]
+            assert time.monotonic() < deadline, "no learning update logged within 300 s"
+            time.sleep(0.2)
+        time.sleep(0.5)  # into the next update: its 256 gradient steps take seconds on the learners
+        os.killpg(process.pid, signal.SIGTERM)
+        result = finished(process, timeout=240)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert result.returncode == 143, result.stderr[-2000:]
+    assert "stopping after this gradient step and writing a checkpoint" in result.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    frames = torch.load(out / "checkpoint.pt", weights_only=True)["frames"]
+    assert summary["status"] == "interrupted" and frames == summary["frames"] >= 128
+    resumed = run_cli("resume", str(out), "--set", f"run.total_frames={frames + 32}", timeout=600)  # one update
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["frames"] == frames + 32

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -15,7 +18,8 @@ from tensordict import TensorDict, TensorDictBase
 from rlplug.core.episodes import EpisodeTracker
 from rlplug.core.recurrent import is_recurrent
 from rlplug.core.transformed import env_rewards
-from rlplug.errors import UserError, WorkersLost
+from rlplug.errors import RlplugWarning, UserError, WorkersLost
+from rlplug.plugins.algorithms.offpolicy.base import OffPolicy
 from rlplug.plugins.runners.ray.cluster import (
     check_resources,
     connect_ray,
@@ -89,8 +93,10 @@ class RayCollection:
         self.recipe_envs = envs = max(1, env.batch_size.numel())
         splittable = "num_envs" in recipe.env.params and envs % workers == 0 and not self.asynchronous
         self.envs_per_worker = envs // workers if splittable else envs
-        self.worker_frames = frames_per_batch if self.asynchronous else frames_per_batch // workers
         shares = 1 if self.asynchronous else workers
+        if frames_per_batch % (shares * self.envs_per_worker) and isinstance(algorithm, OffPolicy):
+            frames_per_batch = self.rounded_cadence(algorithm, frames_per_batch, shares * self.envs_per_worker)
+        self.worker_frames = frames_per_batch if self.asynchronous else frames_per_batch // workers
         if frames_per_batch % (shares * self.envs_per_worker):
             raise UserError(f"the {frames_per_batch} frames of an update must split evenly over {shares} worker(s) "
                             f"of {self.envs_per_worker} envs each (a multiple of {shares * self.envs_per_worker})",
@@ -124,11 +130,28 @@ class RayCollection:
         self.env_has_statistics = False
         self.start()
 
+    def rounded_cadence(self, algorithm: OffPolicy, frames_per_batch: int, unit: int) -> int:
+        """An off-policy update's frames that do not split over the workers (pendulum-sac's one env step on 2
+        workers): rounded up to every worker's envs stepping alike, the gradient steps scaled with them so that
+        the gradient steps per frame stay the recipe's, and the user told in one line; the frames it takes."""
+        config = algorithm.config
+        frames, steps = cadence(frames_per_batch, unit, config.gradient_steps)
+        algorithm.config = replace(config, steps_per_update=frames // self.recipe_envs, gradient_steps=steps)
+        algorithm.frames_per_batch = frames
+        workers = self.runner.workers
+        warnings.warn(RlplugWarning(
+            f"runner.workers = {workers}: the {frames_per_batch} frame(s) of an update (algorithm.steps_per_update "
+            f"= {config.steps_per_update}) do not split over {workers} workers, so each update takes {frames} "
+            f"({frames // unit} env step(s) on each worker) and {steps} gradient step(s) (algorithm.gradient_steps "
+            f"= {config.gradient_steps}): the same gradient steps per frame"), stacklevel=2)
+        return frames
+
     # -- lifecycle ------------------------------------------------------------------------------------------
 
     def start(self) -> None:
         ray = ray_module()
-        self.started_ray = connect_ray(self.runner) or self.started_ray
+        with group_signals_spared():
+            self.started_ray = connect_ray(self.runner) or self.started_ray
         try:
             check_resources(self.runner)
             with warnings.catch_warnings():
@@ -422,6 +445,31 @@ class RayCollection:
         """Several learners: the algorithm here takes learner 0's whole state, which the checkpoint holds."""
         if self.learner_group is not None:
             self.learner_group.fetch_state(algorithm)
+
+
+@contextmanager
+def group_signals_spared() -> Iterator[None]:
+    """SIGTERM blocked while a local Ray instance starts, so that its processes (GCS, raylet, and the workers,
+    storages and learners the raylet starts) inherit it blocked. They share this process's group, and a SIGTERM
+    to the whole group (``timeout``, a batch scheduler, a terminal's job control) killed them with the run: the
+    learners' state was gone before this process, which stops on SIGTERM with a checkpoint, could fetch it.
+    Ray blocks SIGINT in them itself. What it costs: ``ray.shutdown`` waits its second per process for a
+    SIGTERM before it kills them."""
+    if not hasattr(signal, "pthread_sigmask"):  # Windows
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def cadence(frames_per_batch: int, unit: int, gradient_steps: int) -> tuple[int, int]:
+    """``frames_per_batch`` rounded up to a multiple of ``unit`` (the workers' envs, each stepping alike), and
+    ``gradient_steps`` scaled with it (the nearest whole number, at least one)."""
+    frames = -(-frames_per_batch // unit) * unit
+    return frames, max(1, round(gradient_steps * frames / frames_per_batch))
 
 
 def batch_key(algorithm) -> str:

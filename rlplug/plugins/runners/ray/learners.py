@@ -74,6 +74,9 @@ class LearnerSpec:
     observation_spec: Any
     action_spec: Any
     learners: int
+    #: the training process's off-policy settings, where they differ from the recipe's (a cadence rounded to the
+    #: workers: :meth:`RayCollection.rounded_cadence`)
+    config: Any = None
 
     @property
     def backend(self) -> str:
@@ -95,6 +98,8 @@ class Learner:
                                                 device=run.device, seed=run.seed + rank, total_frames=run.total_frames)
         algorithm.load_state_dict(state)
         if isinstance(algorithm, OffPolicy):
+            if spec.config is not None:
+                algorithm.config = spec.config
             algorithm.noise = None  # a learner never acts: exploration is the training process's
             if replay is not None:  # the workers write into it; the learners only sample
                 replay.reseed(run.seed + rank)  # each learner's shares drawn apart, as one buffer's draws are
@@ -180,8 +185,9 @@ class LearnerGroup:
 
     def __init__(self, runner, recipe, env, algorithm, replay=None):
         self.runner, self.replay = runner, replay
-        self.spec = LearnerSpec(recipe, env.observation_spec, env.action_spec, runner.learners)
         self.offpolicy = isinstance(algorithm, OffPolicy)
+        self.spec = LearnerSpec(recipe, env.observation_spec, env.action_spec, runner.learners,
+                                algorithm.config if self.offpolicy else None)
         self.actors: list[Any] = []
 
     def start(self, algorithm) -> None:
