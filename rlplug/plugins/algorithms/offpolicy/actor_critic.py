@@ -40,7 +40,7 @@ class ActorCritic(OffPolicy):
     def build(self) -> TensorDictModuleBase:
         config = self.config
         self.actor = build_network(config.policy, role=self.actor_role, **self.specs)
-        self.critic_networks = nn.ModuleList(build_network(config.critic, role="q_value", **self.specs)
+        self.critic_networks = nn.ModuleList(build_network(config.critic, role=self.critic_role(), **self.specs)
                                              for _ in range(self.critics))
         self.sequences = is_recurrent(self.actor) or is_recurrent(self.critic_networks)
         if self.sequences:
@@ -50,6 +50,11 @@ class ActorCritic(OffPolicy):
             self.check_sequences()
             self.episodes = EpisodeLabels()
         return self.actor
+
+    def critic_role(self) -> str:
+        """The role each critic is built for: ``q_value``, or a :class:`rlplug.networks.Role` of several outputs
+        per value for a distributional critic (TQC's quantiles)."""
+        return "q_value"
 
     def trained_networks(self) -> ActorCriticNetworks:
         return {"policy": self.actor, "critic": self.critic_networks[0], "critics": list(self.critic_networks)}
