@@ -9,6 +9,7 @@ import json
 import math
 import re
 import tomllib
+from pathlib import Path
 
 import pytest
 from conftest import ROOT, rlplug_cli
@@ -86,3 +87,53 @@ def test_the_guides_worked_offpolicy_loss_trains_ddpg_on_pendulum(tmp_path):
     with (out / "metrics.csv").open() as f:
         rows = [r for r in csv.DictReader(f) if r.get("loss_actor")]
     assert rows and all(math.isfinite(float(r["loss_value"])) for r in rows), "the plugin's terms were learned from"
+
+
+def install_guide_package(where: Path, package: str, files: tuple[str, ...], entry: str) -> None:
+    """The guide's blocks ``# PACKAGE/FILE.py`` written as an installed distribution with the entry point ``entry``."""
+    folder = where / package
+    folder.mkdir(parents=True)
+    (folder / "__init__.py").write_text("")
+    for name in files:
+        (folder / f"{name}.py").write_text(guide_block(f"# {package}/{name}.py"))
+    info = where / f"{package}-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {package}\nVersion: 0.1.0\n")
+    (info / "entry_points.txt").write_text(f"[rlplug]\n{entry}\n")
+
+
+@pytest.mark.slow
+def test_the_guides_onpolicy_algorithm_trains_takes_set_and_batches(tmp_path):
+    """The guide's SPO, its code as the guide prints it: trained, changed live by rlplug set, resumed, and trained
+    with seeds together, all through the kit alone."""
+    where = tmp_path / "site"
+    install_guide_package(where, "rlplug_spo", ("plugin", "algorithm"), "spo = rlplug_spo.plugin")
+    recipe = tmp_path / "spo.toml"
+    recipe.write_text('[env]\nuse = "gym"\nid = "CartPole-v1"\nnum_envs = 4\n\n[algorithm]\nuse = "spo"\n'
+                      'frames_per_batch = 256\nminibatch_size = 64\nepochs = 2\n')
+    tiny = ["--set", "run.total_frames=1024", "--set", "eval.every_frames=512", "--set", "eval.episodes=1"]
+    out = tmp_path / "run"
+    stop_early = ["--set", "callbacks=[{use='stop-at-return', threshold=-1e9}]"]
+    ran = rlplug_cli("run", str(recipe), "--out", str(out), *tiny, *stop_early, path=where, timeout=300,
+                     RLPLUG_STRICT_PLUGINS="1")
+    assert ran.returncode == 0, ran.stderr
+    with (out / "metrics.csv").open() as f:
+        assert any(row.get("loss_objective") for row in csv.DictReader(f)), "SPO's objective was learned from"
+    asked = rlplug_cli("set", str(out), "algorithm.lr=1e-4", "algorithm.epochs=3", path=where)
+    assert asked.returncode == 0, asked.stderr
+    resumed = rlplug_cli("resume", str(out), "--set", "callbacks=[]", path=where, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "algorithm.lr 0.0003 -> 0.0001" in resumed.stdout and "algorithm.epochs" in resumed.stdout
+    seeds = rlplug_cli("run", str(recipe), "--seeds", "0-1", "--batched", "--out", str(tmp_path / "seeds"), *tiny,
+                       path=where, timeout=300)
+    assert seeds.returncode == 0, seeds.stderr
+    assert json.loads((tmp_path / "seeds" / "seed-1" / "summary.json").read_text())["frames"] >= 1024
+
+
+def test_the_guides_offpolicy_algorithm_is_the_example_plugins_code():
+    """The guide prints the example plugin's SAC-N as it is (its tests train it): the guide cannot drift from it."""
+    example = ROOT / "examples" / "rlplug-example-plugin" / "rlplug_example_plugin"
+    algorithm = guide_block("# rlplug_example_plugin/sac_n.py").split("\n", 1)[1]
+    assert algorithm == (example / "sac_n.py").read_text()
+    hooks = guide_block("# rlplug_example_plugin/plugin.py (the algorithm)").split("\n", 1)[1]
+    assert hooks in (example / "plugin.py").read_text()
