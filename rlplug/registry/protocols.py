@@ -24,7 +24,7 @@ from rlplug.registry.conformance import (
 from rlplug.registry.env_protocol import Env
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Mapping
     from pathlib import Path
 
     import torch
@@ -166,13 +166,13 @@ class LiveParameters(Protocol):
     factory's ``live_parameters`` attribute (every factory :func:`rlplug.algorithms.factory_for` makes has one;
     an algorithm without it takes no changes). ``values``: the algorithm's recipe values, validated."""
 
-    def names(self, values: dict[str, Any]) -> list[str]:
+    def names(self, values: Mapping[str, Any]) -> list[str]:
         """The names that may change for an algorithm of these recipe values."""
 
-    def annotation(self, values: dict[str, Any], name: str) -> Any:
+    def annotation(self, values: Mapping[str, Any], name: str) -> Any:
         """The type ``name``'s value is checked against; ``UserError`` naming what can change where ``name`` cannot."""
 
-    def check(self, values: dict[str, Any], name: str, value: Any) -> Any:
+    def check(self, values: Mapping[str, Any], name: str, value: Any) -> Any:
         """``value`` for ``name`` checked by the recipe's rules and converted, or ``UserError`` at
         ``algorithm.NAME``."""
 
