@@ -97,7 +97,7 @@ def dimension(key: str, table: Any, path: Path) -> Dimension:
 
 
 def check_space(space: list[Dimension], study: Study, space_file: Path, seeds: list[int] | None,
-                build: Callable[[Any, str], None] | None = None) -> None:
+                build: Callable[[Any, str], object] | None = None) -> None:
     """Every key with each bound of its distribution (each choice) set into the recipe, validated as ``--set``
     is and, with ``build`` (which raises a UserError where the recipe's env and algorithm cannot be built),
     built: an unknown key or a value no trial could run with is an error before the first trial."""
