@@ -105,6 +105,21 @@ def test_a_resumed_runs_summary_goes_on_from_its_checkpoint(tiny_run, tmp_path):
     assert resumed["wall_time_s"] > 0.9 * first["wall_time_s"], (first["wall_time_s"], resumed["wall_time_s"])
 
 
+def test_training_returns_with_normalize_rewards_are_the_envs_own(tmp_path):
+    """CartPole pays 1 a step and no episode ends before its 8th: scaled rewards summed far less (2.4 here)."""
+    out = tmp_path / "run"
+    result = run_cli("run", str(CANONICAL), "--out", str(out), "--set", "env.normalize_rewards=true",
+                     "--set", "run.total_frames=1024", "--set", "eval.every_frames=0", "--set", "eval.episodes=1")
+    assert result.returncode == 0, result.stderr
+    with (out / "metrics.csv").open(newline="") as file:
+        returns = [float(row["episode_return"]) for row in csv.DictReader(file) if row.get("episode_return")]
+    assert returns and min(returns) >= 8, returns
+    assert summary(out)["train_return_recent"] == returns[-1]
+    console = [float(line.rsplit("return ", 1)[1]) for line in result.stdout.splitlines()
+               if line.startswith("frames ") and "  return " in line]
+    assert console and min(console) >= 8, result.stdout
+
+
 STOPPER = """
 import rlplug
 

@@ -31,11 +31,11 @@ from torchrl.envs import EnvBase
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 from rlplug.core.acting import ArrayActor
-from rlplug.core.env_members import env_capability
+from rlplug.core.env_members import env_capability, env_member
 from rlplug.core.episodes import EpisodeTracker
 from rlplug.core.recurrent import is_recurrent, with_recurrent_state
 from rlplug.core.rollout import ArrayRoad, StepBuffers, TensorDictRoad, rollout
-from rlplug.core.transformed import env_rewards
+from rlplug.core.transformed import ENV_REWARD, env_rewards
 from rlplug.errors import UserError, WorkersLost, one_line
 from rlplug.registry import protocols
 
@@ -114,6 +114,13 @@ class Collector:
         #: where array-road batches go once built (None: they stay on the CPU, where numpy made them)
         self.batch_device = env.device if env.device is not None and torch.device(env.device).type != "cpu" else None
         self.tracker = EpisodeTracker(self.envs)
+        #: the gym env's stage where it scales rewards (normalize_rewards): its unscaled rewards are the batch's
+        #: env_reward, counted in episode returns as evaluation counts them
+        self.stage = env_member(self.env, "stage")
+        if getattr(self.stage, "return_rms", None) is not None:
+            self.stage.keep_own_rewards = True
+        else:
+            self.stage = None
         #: where the envs go on from: a TensorDict on the TensorDict road, the observations' numpy array on the
         #: array road; None: reset at the next collection
         self.state: TensorDictBase | np.ndarray | None = None
@@ -132,7 +139,11 @@ class Collector:
         return batch
 
     def record(self, batch: TensorDictBase) -> None:
-        """The batch's rewards and ends counted into :attr:`tracker`."""
+        """The batch's rewards and ends counted into :attr:`tracker`: the env's own where its stage scaled them,
+        which the batch then holds as ``("next", "env_reward")`` too (seeds stepped together record here as well)."""
+        own = self.stage.take_own_rewards() if self.stage is not None else None
+        if own is not None and own.shape == (self.steps, self.envs):
+            batch.set(("next", ENV_REWARD), torch.from_numpy(own.T.copy()).unsqueeze(-1).to(batch.device))
         rewards = env_rewards(batch).reshape(self.envs, self.steps).cpu().numpy()
         dones = batch.get(("next", "done")).reshape(self.envs, self.steps).cpu().numpy()
         self.tracker.add(rewards, dones)

@@ -94,8 +94,20 @@ games and rewards the env's own.
         if rewards:
             self.return_rms = RunningMeanStd(shape=())
         self.returns = np.zeros(self.num_envs)
+        #: the rewards of the steps since :meth:`take_own_rewards`, before reward scaling: kept once a collector
+        #: asks for them (:attr:`keep_own_rewards`), which reports returns in the env's units, as evaluation does
+        self.keep_own_rewards = False
+        self._own_rewards: list[np.ndarray] = []
         self._continuable = False
         self._last: tuple[Any, dict] | None = None
+
+    def take_own_rewards(self) -> np.ndarray | None:
+        """``[steps, envs]``: the rewards of the steps since the last call as the algorithm would see them without
+        ``rewards``' scaling (clipped where ``clip_rewards`` says), or None where no step was scaled."""
+        if not self._own_rewards:
+            return None
+        taken, self._own_rewards = np.stack(self._own_rewards), []
+        return taken
 
     @property
     def autoreset_mode(self):
@@ -196,6 +208,8 @@ games and rewards the env's own.
                 self.return_rms.update(self.returns)
             self.returns[ended] = 0
             if self.training:
+                if self.keep_own_rewards:
+                    self._own_rewards.append(np.asarray(reward, dtype=np.float32).copy())
                 reward = reward / np.sqrt(self.return_rms.var + self.epsilon)
         self._continuable = bool(ended.all())
         if self._continuable:  # a copy: TorchRL's road writes the final observations into the step's array
