@@ -289,3 +289,62 @@ def test_resumed_seeds_trained_together_each_go_on_with_their_own_streams(tmp_pa
         assert not torch.equal(again[0].get("observation")[:, 0], again[1].get("observation")[:, 0])
     finally:
         resumed.close()
+
+
+# -- evaluation on TorchRL's road: deterministic ---------------------------------------------------------
+
+#: a TorchRL transform closes the array road: the evaluation steps TorchRL's (TensorDicts)
+TORCHRL_ROAD = ["env.transforms=[{use = \"StepCounter\"}]", "env.num_envs=2"]
+
+
+def evaluated_twice(recipe: str, overrides: list[str], episodes: int = 2):
+    """The recipe's policy (as built for seed 0) evaluated twice with seed 11 on its env taking TorchRL's road,
+    torch's global random stream moved on in between; the TensorDicts the policy wrote on the first."""
+    from rlplug.core.collect import TensorDictRoad, road_for
+    from rlplug.run.evaluation import evaluate
+
+    algorithm, _ = built_algorithm(ROOT / "recipes" / recipe, 0, overrides, batches=0)
+    from rlplug.core.envs import build_env
+    from rlplug.recipe import load
+
+    env = build_env(load(ROOT / "recipes" / recipe, ["run.seed=0", *overrides]).env)
+    policy = algorithm.policy
+    assert isinstance(road_for(env, policy, 11, deterministic=True), TensorDictRoad)
+    seen: list[TensorDict] = []
+    hook = policy.register_forward_hook(lambda module, args, output: seen.append(output.detach().clone()))
+    torch.manual_seed(1)
+    first = evaluate(env, policy, episodes, seed=11)
+    hook.remove()
+    torch.manual_seed(2)
+    torch.rand(100)
+    second = evaluate(env, policy, episodes, seed=11)
+    env.close()
+    return first, second, seen
+
+
+def test_evaluating_a_stochastic_policy_on_torchrls_road_takes_the_mode():
+    """PPO's Gaussian policy on Pendulum (a short episode each): the same returns twice, and each action the
+    policy took is its distribution's mean (loc), not a draw."""
+    first, second, seen = evaluated_twice("pendulum-ppo.toml", [*TORCHRL_ROAD, "env.max_episode_steps=20"])
+    assert len(first) == 2 and first == second
+    steps = torch.stack(seen)
+    torch.testing.assert_close(steps.get("action"), steps.get("loc"), rtol=0, atol=0)
+
+
+def test_evaluating_dqn_on_torchrls_road_is_greedy():
+    """DQN's epsilon-greedy policy (epsilon 1 at the start of training): the evaluation's actions are the argmax
+    of the Q-values, every one, and the returns the same twice."""
+    first, second, seen = evaluated_twice("cartpole-dqn.toml", TORCHRL_ROAD)
+    assert first == second
+    steps = torch.stack(seen)
+    values, action = steps.get("action_value"), steps.get("action")
+    greedy = torch.nn.functional.one_hot(values.argmax(-1), values.shape[-1]).to(action.dtype)
+    assert torch.equal(action, greedy)
+
+
+def test_evaluating_a_recurrent_policy_gives_the_same_returns_twice():
+    """Recurrent DDPG (its exploration noise off in evaluation): the same returns with the same seed."""
+    first, second, _ = evaluated_twice("pendulum-ddpg-lstm.toml", [
+        "env.max_episode_steps=20", "algorithm.policy.hidden_size=8", "algorithm.critic.hidden_size=8",
+        "env.num_envs=2"])
+    assert len(first) == 2 and first == second

@@ -75,6 +75,7 @@ class TensorDictRoad:
 
     def start(self, seed: int) -> Any:
         self.env.set_seed(seed)
+        forget_last_step(self.env)
         return self.env.reset()
 
     def act(self, state: Any) -> Any:
@@ -86,6 +87,22 @@ class TensorDictRoad:
     def outcome(self, transition: Any) -> tuple[np.ndarray, np.ndarray]:
         return (env_rewards(transition).reshape(-1).cpu().numpy(),
                 transition.get(("next", "done")).reshape(-1).cpu().numpy())
+
+
+def forget_last_step(env) -> None:
+    """Every copy of ``env`` starts anew at :meth:`TensorDictRoad.start`: TorchRL's gym wrapper (its
+    ``VecGymEnvTransform``) remembers which copies ended in the last step and takes a reset without masks for a
+    reset of those copies alone, handing every copy that step's observations instead of new episodes from the
+    seed just set (an evaluation after one that stopped with some copies' episodes ended would not start from
+    the same states). What it remembers is dropped."""
+    from torchrl.envs.transforms import Compose, TransformedEnv, VecGymEnvTransform
+
+    while isinstance(env, TransformedEnv):
+        transforms = env.transform if isinstance(env.transform, Compose) else [env.transform]
+        for transform in transforms:
+            if isinstance(transform, VecGymEnvTransform):
+                transform._memo.update(done=None, saved_next=None)
+        env = env.base_env
 
 
 def rollout(road: Road, state: Any, *, steps: int | None = None, until: Callable[[], bool] | None = None,
