@@ -104,7 +104,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     with tempfile.TemporaryDirectory(prefix="rlplug-eval-") as scratch:
         # evaluation steps one env here: a run trained on Ray needs no workers
-        changes = {"runner": {"use": "rlplug:local"}, **({"eval": {"episodes": args.episodes}} if args.episodes else {})}
+        changes: dict = {"runner": {"use": "rlplug:local"}}
+        if args.episodes:
+            changes["eval"] = {"episodes": args.episodes}
         run, state = Run.from_checkpoint(checkpoint, Path(scratch) / "run", changes=changes,
                                          allow_unverified=args.allow_unverified)
         recipe = run.recipe
