@@ -94,8 +94,8 @@ def test_show_json():
     params = {p["name"]: p for p in data["parameters"]}
     assert params["anneal_clip"]["default"] is False and params["anneal_clip"]["type"] == "bool"
     assert params["anneal_clip"]["description"].startswith("shrink the clip range")
-    assert params["epochs"] == {**params["epochs"], "default": 10, "type": "int", "constraints": ">= 1"}
-    assert params["num_minibatches"]["default"] is None and params["policy"]["default"] == "mlp"
+    assert params["epochs"] == {**params["epochs"], "default": 10, "type": "int", "constraints": ">= 1, <= 10000"}
+    assert params["num_minibatches"]["default"] is None and params["policy"]["default"] == "rlplug:mlp"
     assert [c["name"] for c in data["context"]] == ["observation_spec", "action_spec", "device", "total_frames",
                                                     "eval_episodes", "eval_every_frames"]
 
