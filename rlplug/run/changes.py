@@ -21,10 +21,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rlplug.core.files import refuse_link
 from rlplug.errors import RlplugWarning, UserError
 from rlplug.recipe import apply_override, read_toml, validate
 from rlplug.registry import protocols
-from rlplug.run.directory import BATCHED_MARKER, append_line, in_use, own_folder, refuse_link, write_atomically
+from rlplug.run.directory import BATCHED_MARKER, append_line, in_use, own_folder, write_atomically
 
 #: the folder of a run directory where ``rlplug set`` leaves its requests, one JSON file each
 REQUESTS = "set-requests"

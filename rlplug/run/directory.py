@@ -10,6 +10,7 @@ import shutil
 from datetime import datetime
 from pathlib import Path
 
+from rlplug.core.files import no_links, refuse_link
 from rlplug.errors import UserError
 
 #: The file that marks a directory of seeds trained together (``run --seeds --batched``), for ``rlplug resume``.
@@ -114,19 +115,6 @@ def write_atomically(path: Path, data: bytes) -> None:
         os.fsync(directory)
     finally:
         os.close(directory)
-
-
-def no_links(path: str, flags: int) -> int:
-    """``open``'s opener for the run's own files: a symbolic link in the file's place fails (ELOOP), never followed."""
-    return os.open(path, flags | os.O_NOFOLLOW, 0o666)
-
-
-def refuse_link(path: Path) -> None:
-    """``UserError`` where ``path``, a file or folder the run writes in place, is a symbolic link."""
-    if path.is_symlink():
-        raise UserError(f"{path}: a symbolic link (to {os.readlink(path)}), where the run keeps a file of its own; a "
-                        f"run writes only inside its directory: replace the link with a copy of what it points to, "
-                        f"or remove it")
 
 
 def own_folder(path: Path) -> Path:

@@ -10,12 +10,15 @@ from __future__ import annotations
 import csv
 import os
 import time
+import typing
 from pathlib import Path
 from typing import Literal, TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
+
+from rlplug.core.files import no_links, refuse_link
 
 #: Metrics the console shows while training, in order, with their labels.
 HEADLINE = {"fps": "frames/s", "episode_return": "return", "eval_return_mean": "eval return"}
@@ -87,8 +90,6 @@ class CSVLogger:
     """
 
     def __init__(self, path: Path, start_frames: int = 0):
-        from rlplug.run.directory import refuse_link
-
         self.path = Path(path)
         self.columns: list[str] = ["frames"]
         self.file: TextIO | None = None
@@ -152,9 +153,7 @@ class CSVLogger:
 
     def open(self, mode: str) -> TextIO:
         """The file, never through a symbolic link put in its place since (that fails, ELOOP)."""
-        from rlplug.run.directory import no_links
-
-        return open(self.path, mode, newline="", opener=no_links)
+        return typing.cast(TextIO, open(self.path, mode, newline="", opener=no_links))
 
     def close(self, summary: dict) -> None:
         if self.file is not None:
