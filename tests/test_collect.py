@@ -74,7 +74,9 @@ def test_categorical_shortcuts_match_the_distribution(cartpole, rows, scale, see
         torch.testing.assert_close(evaluated, log_prob)
         torch.testing.assert_close(entropy, dist.entropy())
         mode, _ = view.act(observation, deterministic=True)
-        assert torch.equal(mode.argmax(-1), dist.probs.argmax(-1))
+        probs = dist.probs
+        clear = (probs.max(-1).values - probs.min(-1).values) > 1e-5  # a row within rounding of a tie may go either way
+        assert torch.equal(mode.argmax(-1)[clear], probs.argmax(-1)[clear])
 
 
 def test_evaluation_is_deterministic_and_counts_episodes(cartpole):
