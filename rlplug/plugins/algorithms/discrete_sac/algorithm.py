@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tensordict.nn import TensorDictModuleBase
+from torch import nn
 from torchrl.data import OneHot
 
 from rlplug.algorithms import Stochastic, build_network, one_env_actions, unset_to, with_learners
@@ -37,7 +38,7 @@ class DiscreteSAC(Stochastic):
         config = self.config
         self.actor = build_network(config.policy, role="policy", **self.specs)
         critic = build_network(config.critic, role="q_values", **self.specs)  # TorchRL's loss makes the twins
-        self.critic_networks = [critic]
+        self.critic_networks = nn.ModuleList([critic])
         return self.actor
 
     def exploration_stages(self) -> list[TensorDictModuleBase]:
