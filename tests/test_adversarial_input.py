@@ -102,7 +102,7 @@ def test_an_image_observation_under_mlp_names_the_network_key(tmp_path):
                      "--set", 'env.kwargs={render_mode="rgb_array"}', "--set", 'env.wrappers=[{name="AddRenderObservation"}]',
                      env={"SDL_VIDEODRIVER": "dummy", "XDG_RUNTIME_DIR": str(tmp_path)})
     assert_user_error(result, "algorithm.policy", "mlp reads one-dimensional observations", "(400, 600, 3)",
-                      "env.flatten_observations")
+                      "the gym env's flatten_observations = true")
     assert not (tmp_path / "run").exists()
 
 
