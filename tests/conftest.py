@@ -222,3 +222,17 @@ def pendulum_transitions(rows: int, seed: int):
                  "reward": torch.randn(rows, 1, generator=generator), "terminated": terminated,
                  "done": terminated.clone()},
     }, [rows])
+
+
+def stopped_then_set_and_resumed(recipe: Path, out: Path, flags: list[str], *assignments: str,
+                                 stop_at: int = 128, resume_flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """A run stopped by a callback at its first evaluation (frame ``stop_at``, before its total), then ``rlplug set
+    ASSIGNMENTS`` (which waits for a resume), then resumed to its end: the resume's result, checked to succeed."""
+    stop = ["--set", f"eval.every_frames={stop_at}", "--set", "callbacks=[{use='stop-at-return', threshold=-1e9}]"]
+    first = run_cli("run", str(recipe), "--out", str(out), *flags, *stop)
+    assert first.returncode == 0, first.stderr
+    asked = run_cli("set", str(out), *assignments)
+    assert asked.returncode == 0 and "waits for python -m rlplug resume" in asked.stdout, asked.stdout + asked.stderr
+    resumed = run_cli("resume", str(out), "--set", "callbacks=[]", *resume_flags)
+    assert resumed.returncode == 0, resumed.stderr
+    return resumed

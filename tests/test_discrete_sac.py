@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import ROOT, one_line_error, run_cli
+from conftest import ROOT, one_line_error, run_cli, stopped_then_set_and_resumed
 from tensordict import TensorDict
 
 import rlplug
@@ -107,13 +107,8 @@ def test_show_and_list_name_discrete_sac():
 @pytest.mark.slow
 def test_a_discrete_sac_run_stops_takes_set_and_resumes(tmp_path):
     out = tmp_path / "run"
-    stop = ["--set", "eval.every_frames=128", "--set", "callbacks=[{use='stop-at-return', threshold=-1e9}]"]
-    first = run_cli("run", str(RECIPE), "--out", str(out), *TINY, *stop)
-    assert first.returncode == 0, first.stderr
-    asked = run_cli("set", str(out), "algorithm.lr=[1e-4, 2e-4]")
-    assert asked.returncode == 0 and "waits for python -m rlplug resume" in asked.stdout, asked.stdout
-    resumed = run_cli("resume", str(out), "--set", "callbacks=[]", "--set", "eval.every_frames=0")
-    assert resumed.returncode == 0, resumed.stderr
+    resumed = stopped_then_set_and_resumed(RECIPE, out, TINY, "algorithm.lr=[1e-4, 2e-4]",
+                                           resume_flags=("--set", "eval.every_frames=0"))
     assert "frame 128: algorithm.lr" in resumed.stdout and "(rlplug set)" in resumed.stdout, resumed.stdout
     assert json.loads((out / "summary.json").read_text())["frames"] == 256
     state = torch.load(out / "checkpoint.pt", weights_only=False)

@@ -9,7 +9,7 @@ import json
 
 import pytest
 import torch
-from conftest import ROOT, one_line_error, run_cli
+from conftest import ROOT, one_line_error, run_cli, stopped_then_set_and_resumed
 from tensordict import TensorDict
 from test_formulas import noise_of_its_shape
 from test_offpolicy_losses import loss_of, replay_sample, specs
@@ -131,13 +131,7 @@ def test_show_and_list_name_tqc():
 def test_a_tqc_run_takes_set_and_resumes(tmp_path):
     """Stopped at its evaluation at frame 150, ``rlplug set`` asks for a learning rate that resume applies."""
     out = tmp_path / "run"
-    stop = ["--set", "eval.every_frames=150", "--set", "callbacks=[{use='stop-at-return', threshold=-1e9}]"]
-    first = run_cli("run", str(TQC), "--out", str(out), *TINY, *stop, timeout=300)
-    assert first.returncode == 0, first.stderr
-    asked = run_cli("set", str(out), "algorithm.lr=3e-4", timeout=60)
-    assert asked.returncode == 0, asked.stderr
-    resumed = run_cli("resume", str(out), "--set", "callbacks=[]", timeout=300)
-    assert resumed.returncode == 0, resumed.stderr
+    resumed = stopped_then_set_and_resumed(TQC, out, TINY, "algorithm.lr=3e-4", stop_at=150)
     assert "algorithm.lr 0.001 -> 0.0003 (rlplug set)" in resumed.stdout, resumed.stdout
     assert json.loads((out / "summary.json").read_text())["frames"] == 300
     state = checkpoints.load_checkpoint(out / "checkpoint.pt")
