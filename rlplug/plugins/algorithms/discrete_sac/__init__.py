@@ -23,6 +23,7 @@ from rlplug.algorithms import (
     EntropyConfig,
     Fraction,
     PolyakTargets,
+    Positive,
     factory_for,
     loss_fits,
     named,
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
     from rlplug.plugins.algorithms.discrete_sac.algorithm import DiscreteSAC
 
 Twins = Annotated[int, Range(ge=1, le=100)]
-Alpha = Annotated[float, Range(gt=0.0)]
 
 
 @dataclass(frozen=True)
@@ -66,8 +66,8 @@ def make_discrete_sac_loss(
     #: the critics' distance to their target ('l2': the squared error of the paper)
     loss_function: Distance = "l2",
     #: the smallest and largest alpha (unset: unbounded)
-    min_alpha: Alpha | None = None,
-    max_alpha: Alpha | None = None,
+    min_alpha: Positive | None = None,
+    max_alpha: Positive | None = None,
     observation_spec=None,  # context (rlplug fills it in): one env's actions for TorchRL's loss
 ):
     """TorchRL's DiscreteSACLoss, built with the algorithm's actor and critic (TorchRL makes the twins); the
