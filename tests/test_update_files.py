@@ -60,8 +60,9 @@ def test_a_ppo_update_runs_in_at_most_four_rlplug_files(tmp_path):
     assert "rlplug/plugins/algorithms/onpolicy/ppo.py" in ran, "the profile saw PPO's own module"
     # the run's own watch, asked between gradient steps whether an `rlplug set` request waits (run/changes.py's
     # RequestWatch through core.training.end_updates_when), is the run's, not the update's to read: the update
-    # cannot call the run layer otherwise (test_layout forbids the import)
-    assert set(ran.get("rlplug/run/changes.py", {"RequestWatch.__call__"})) <= {"RequestWatch.__call__"}
+    # cannot call the run layer otherwise (test_layout forbids the import); the watch looks in the run directory
+    # (``waiting``) only once LOOK_EVERY seconds have passed, so whether this update looks depends on the host's speed
+    assert set(ran.get("rlplug/run/changes.py", set())) <= {"RequestWatch.__call__", "waiting"}
     update_files = {file for file in ran if not file.startswith("rlplug/run/")}
     assert len(update_files) <= MAX_FILES, f"one PPO update runs {len(update_files)} rlplug files: {sorted(ran)}"
 
