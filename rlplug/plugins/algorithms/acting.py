@@ -25,7 +25,7 @@ from torchrl.modules.utils import get_primers_from_module
 
 from rlplug.errors import UserError
 from rlplug.networks import action_bounds, observation_key
-from rlplug.plugins.algorithms.offpolicy.config import OffPolicyConfigs
+from rlplug.plugins.algorithms.offpolicy.config import OffPolicyConfig
 from rlplug.plugins.algorithms.onpolicy.config import OnPolicyConfig
 
 
@@ -193,7 +193,7 @@ class OnPolicyActing(Acting):
 class OffPolicyActing(Acting):
     """The off-policy family's numbers: ``gradient_steps`` samples of ``batch_size`` per update, no epochs."""
 
-    config: OffPolicyConfigs
+    config: OffPolicyConfig
 
     @property
     def gamma(self) -> float:

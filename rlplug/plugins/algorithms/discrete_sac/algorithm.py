@@ -21,7 +21,7 @@ TERMS = {"loss_actor": "actor", "loss_qvalue": "critic", "loss_alpha": "entropy"
 
 
 class DiscreteSAC(Stochastic):
-    config: DiscreteSACConfig  # type: ignore[assignment]  # Stochastic's configs are SAC's, CrossQ's, REDQ's
+    config: DiscreteSACConfig
     actions = "discrete"
 
     def check_actions(self, action_spec) -> None:

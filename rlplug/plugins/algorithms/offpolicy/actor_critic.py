@@ -14,12 +14,10 @@ from rlplug.errors import UserError
 from rlplug.plugins.algorithms.networks import build_network
 from rlplug.plugins.algorithms.offpolicy.base import OffPolicy
 from rlplug.plugins.algorithms.offpolicy.config import (
-    ActorCriticConfigs,
-    CrossQConfig,
-    REDQConfig,
-    SACConfig,
+    ActorCriticConfig,
+    DelayedActorConfig,
+    EntropyConfig,
     SequencesConfig,
-    TD3Config,
 )
 from rlplug.plugins.algorithms.offpolicy.parts import EpisodeLabels, learning_rates
 from rlplug.plugins.replay_buffers.buffers import SEQUENCES_NEED_UNIFORM
@@ -31,7 +29,7 @@ from rlplug.registry.protocols import capability
 class ActorCritic(OffPolicy):
     """An actor (``actor_role``) and ``critics`` Q-networks of (observation, action)."""
 
-    config: ActorCriticConfigs
+    config: ActorCriticConfig
     learner_names: tuple[str, ...] = ("actor", "critic")
 
     critics = 1
@@ -93,7 +91,7 @@ class Stochastic(ActorCritic):
     """An actor that explores by sampling its policy, with an entropy coefficient (``entropy_lr``; unset: the
     critic's learning rate) tuned towards a target entropy (SAC, CrossQ)."""
 
-    config: SACConfig | REDQConfig | CrossQConfig
+    config: EntropyConfig
     actor_role = "policy"
     learner_names = ("actor", "critic", "entropy")
 
@@ -108,12 +106,15 @@ class DelayedActor(ActorCritic):
     """The actor (and :attr:`delayed_learners`) and any targets moved once every ``policy_delay`` critic steps; a
     loss with ``with_actor`` is told to leave the actor's terms out on the other steps."""
 
-    config: TD3Config | CrossQConfig
+    config: ActorCriticConfig
     #: the learners stepped on the actor's steps only
     delayed_learners: tuple[str, ...] = ("actor",)
 
     def updates_actor(self) -> bool:
-        return (self.steps + 1) % self.config.policy_delay == 0
+        config = self.config
+        if not isinstance(config, DelayedActorConfig):  # the mixin gives the key; read live (rlplug set changes it)
+            raise TypeError(f"{type(self).__name__}'s config must subclass DelayedActorConfig (its policy_delay)")
+        return (self.steps + 1) % config.policy_delay == 0
 
     def stepped_learners(self) -> set[str]:
         stepped = set(self.learners.groups) - (set() if self.updates_actor() else set(self.delayed_learners))

@@ -19,7 +19,7 @@ learns from all but their first ``burn_in`` steps.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, ClassVar, TypeAlias
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeAlias
 
 from rlplug.plugins.algorithms.common import (
     OPTIMIZERS,
@@ -120,6 +120,12 @@ class OffPolicyConfig:
     #: automatic mixed precision in the update: bfloat16 autocast on the CPU, float16 with a gradient
     #: scaler on CUDA
     mixed_precision: bool = False
+
+    if TYPE_CHECKING:
+        # what each gradient step minimises: every algorithm's config declares its own ``loss`` field (its default,
+        # and the check that the loss serves it, Annotated[Loss, Check(loss_fits(name))]) where it sits among its
+        # keys; declared here for the type checker only, so that the family's update may read it
+        loss: Loss = named(Loss, "loss")
 
 
 @dataclass(frozen=True)
@@ -295,7 +301,5 @@ class DQNConfig(OffPolicyConfig):
     max_grad_norm: Positive | None = 10.0
 
 
-#: the configs of the actor-critics: each has a ``loss`` besides :class:`ActorCriticConfig`'s keys
-ActorCriticConfigs: TypeAlias = DDPGConfig | TD3Config | SACConfig | REDQConfig | CrossQConfig | MPOConfig
-#: every off-policy algorithm's config: :class:`OffPolicyConfig`'s keys and a ``loss``
-OffPolicyConfigs: TypeAlias = ActorCriticConfigs | DQNConfig
+#: any off-policy algorithm's config, as the family's shared update reads it (each algorithm narrows it to its own)
+OffPolicyConfigs: TypeAlias = OffPolicyConfig

@@ -20,7 +20,7 @@ TERMS = {"loss_actor": "actor", "loss_qvalue": "critic", "loss_alpha": "entropy"
 class TQC(Stochastic):
     """SAC's actor and entropy coefficient, ``critics`` critics of ``quantiles`` atoms each."""
 
-    config: TQCConfig  # type: ignore[assignment]  # Stochastic names the configs of its own family
+    config: TQCConfig
 
     def build(self) -> TensorDictModuleBase:
         config = self.config
