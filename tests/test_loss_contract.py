@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow  # subprocess runs
 PLUGIN = """
 import torch
 import rlplug
-from rlplug.plugins.algorithms.offpolicy.loss_factories import make_ddpg_loss
+from rlplug.plugins.algorithms.ddpg import make_ddpg_loss
 
 
 def make_odd_loss(networks, settings, action_spec=None, fault: str = "none"):

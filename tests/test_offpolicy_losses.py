@@ -300,7 +300,7 @@ def test_a_td3_loss_state_with_the_envs_dims_on_its_bounds_still_loads():
     from tensordict.nn import TensorDictModule
     from torchrl.data import Bounded
 
-    from rlplug.plugins.algorithms.offpolicy.td3 import DelayableTD3Loss
+    from rlplug.plugins.algorithms.td3.algorithm import DelayableTD3Loss
 
     actor = TensorDictModule(torch.nn.Linear(3, 1), in_keys=["observation"], out_keys=["action"])
     critic = TensorDictModule(ActionCritic(), in_keys=["observation", "action"], out_keys=["state_action_value"])

@@ -16,12 +16,10 @@ from typing import TYPE_CHECKING
 from rlplug.plugins.algorithms.common import REPLAY_CONTEXT, factory_for
 from rlplug.plugins.algorithms.offpolicy.config import (
     CrossQConfig,
-    DDPGConfig,
     DQNConfig,
     MPOConfig,
     REDQConfig,
     SACConfig,
-    TD3Config,
 )
 from rlplug.plugins.algorithms.offpolicy.loss_factories import register_losses
 from rlplug.plugins.algorithms.onpolicy.config import (
@@ -36,12 +34,10 @@ from rlplug.registry.hookspecs import hookimpl
 
 if TYPE_CHECKING:
     from rlplug.plugins.algorithms.offpolicy.crossq import CrossQ
-    from rlplug.plugins.algorithms.offpolicy.ddpg import DDPG
     from rlplug.plugins.algorithms.offpolicy.dqn import DQN
     from rlplug.plugins.algorithms.offpolicy.mpo import MPO
     from rlplug.plugins.algorithms.offpolicy.redq import REDQ
     from rlplug.plugins.algorithms.offpolicy.sac import SAC
-    from rlplug.plugins.algorithms.offpolicy.td3 import TD3
     from rlplug.plugins.algorithms.onpolicy.impala import IMPALA
     from rlplug.plugins.algorithms.onpolicy.pg import A2C, VPG, Surrogate
     from rlplug.plugins.algorithms.onpolicy.ppo import PPO, PPOKL
@@ -79,16 +75,6 @@ def impala() -> type[IMPALA]:
     return IMPALA
 
 
-def ddpg() -> type[DDPG]:
-    from rlplug.plugins.algorithms.offpolicy.ddpg import DDPG
-    return DDPG
-
-
-def td3() -> type[TD3]:
-    from rlplug.plugins.algorithms.offpolicy.td3 import TD3
-    return TD3
-
-
 def sac() -> type[SAC]:
     from rlplug.plugins.algorithms.offpolicy.sac import SAC
     return SAC
@@ -122,8 +108,6 @@ def rlplug_register_algorithms(register):
     register("vpg", factory_for(VPGConfig, vpg), aliases=("reinforce",))
     register("surrogate", factory_for(SurrogateConfig, surrogate))
     register("impala", factory_for(ImpalaConfig, impala))
-    register("ddpg", factory_for(DDPGConfig, ddpg, REPLAY_CONTEXT))
-    register("td3", factory_for(TD3Config, td3, REPLAY_CONTEXT))
     register("sac", factory_for(SACConfig, sac, REPLAY_CONTEXT))
     register("crossq", factory_for(CrossQConfig, crossq, REPLAY_CONTEXT))
     register("redq", factory_for(REDQConfig, redq, REPLAY_CONTEXT))

@@ -27,7 +27,6 @@ from rlplug.plugins.algorithms.common import (
     Count,
     Fraction,
     Frames,
-    NonNegative,
     Positive,
     Rate,
     loss_fits,
@@ -52,8 +51,6 @@ def learning_rate_problem(value: Any) -> str | None:
 
 LearningRate: TypeAlias = Annotated[float | list[float], Check(learning_rate_problem)]
 #: each algorithm's ``loss`` key: a loss that serves it
-DDPG_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("ddpg"))]
-TD3_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("td3"))]
 SAC_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("sac"))]
 CROSSQ_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("crossq"))]
 REDQ_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("redq"))]
@@ -183,26 +180,6 @@ class EntropyConfig(ActorCriticConfig):
     entropy_lr: Rate | None = None
     #: the actor explores by sampling its policy: no added noise unless set
     exploration_noise: Noise | None = None
-
-
-@dataclass(frozen=True)
-class DDPGConfig(SequencesConfig, PolyakTargets, ActorCriticConfig):
-    """Deep deterministic policy gradient: a deterministic actor, one Q-critic, noise to explore."""
-
-    #: what each gradient step minimises: rlplug's DDPG loss, or TorchRL's DDPGLoss (built with these networks)
-    loss: DDPG_LOSS = named(Loss, "ddpg-loss")
-
-
-@dataclass(frozen=True)
-class TD3Config(DelayedActorConfig, SequencesConfig, PolyakTargets, ActorCriticConfig):
-    """Twin delayed DDPG: twin critics (the lower target), target policy smoothing, delayed actor updates."""
-
-    #: what each gradient step minimises: rlplug's TD3 loss, or TorchRL's TD3Loss (built with these networks)
-    loss: TD3_LOSS = named(Loss, "td3-loss")
-    #: the standard deviation of the noise added to target actions, as a fraction of the action half-range
-    target_policy_noise: NonNegative = 0.2
-    #: the target action noise is clipped to +-this (a fraction of the action half-range)
-    target_noise_clip: NonNegative = 0.5
 
 
 @dataclass(frozen=True)

@@ -20,26 +20,6 @@ Alpha = Annotated[float, Range(gt=0.0)]
 
 # -- rlplug's own: their options are the algorithm's keys --------------------------------------------------
 
-@serving("ddpg")
-def make_ddpg_objective(networks: ActorCriticNetworks, settings: Any, observation_spec, action_spec,
-                   device: str = "cpu"):
-    """rlplug's DDPG loss: the critic on one-step targets from the target networks, the actor ascending the
-    critic. Its options are the algorithm's keys."""
-    from rlplug.plugins.algorithms.offpolicy import ddpg
-
-    return ddpg.objective(networks, settings)
-
-
-@serving("td3")
-def make_td3_objective(networks: ActorCriticNetworks, settings: Any, observation_spec, action_spec,
-                  device: str = "cpu"):
-    """rlplug's TD3 loss: twin critics on the lower smoothed target, the actor ascending the first critic. Its
-    options are the algorithm's keys."""
-    from rlplug.plugins.algorithms.offpolicy import td3
-
-    return td3.objective(networks, settings, observation_spec, action_spec, device)
-
-
 @serving("sac")
 def make_sac_objective(networks: ActorCriticNetworks, settings: Any, observation_spec, action_spec,
                   device: str = "cpu"):
@@ -81,44 +61,6 @@ def make_dqn_objective(networks: QNetworks, settings: Any, action_spec=None):
 
 
 # -- TorchRL's, built with the algorithm's networks ---------------------------------------------------------
-
-@serving("ddpg")
-def make_ddpg_loss(
-    networks: ActorCriticNetworks, settings: Any, action_spec=None,
-    #: the critic's distance to its target
-    loss_function: Distance = "l2",
-    #: keep a target copy of the actor
-    delay_actor: bool = False,
-    #: keep a target copy of the critic
-    delay_value: bool = True,
-):
-    """TorchRL's DDPGLoss, built with the algorithm's actor and critic; the discount is the algorithm's gamma."""
-    from rlplug.plugins.algorithms.offpolicy import ddpg
-
-    return ddpg.torchrl_loss(networks, settings, loss_function=loss_function, delay_actor=delay_actor,
-                             delay_value=delay_value)
-
-
-@serving("td3")
-def make_td3_loss(
-    networks: ActorCriticNetworks, settings: Any, action_spec=None,
-    #: the target action's noise scale, in action units (unset: the algorithm's target_policy_noise)
-    policy_noise: Annotated[float, Range(ge=0.0)] | None = None,
-    #: the target noise's clip (unset: the algorithm's target_noise_clip)
-    noise_clip: Annotated[float, Range(ge=0.0)] | None = None,
-    #: the critics' distance to their target (unset: 'l2', the algorithm's squared error)
-    loss_function: Distance | None = None,
-    #: how many critics (TorchRL makes them from the algorithm's first)
-    num_qvalue_nets: Twins | None = None,
-    observation_spec=None,  # context (rlplug fills it in): one env's actions for TorchRL's loss
-):
-    """TorchRL's TD3Loss, built with the algorithm's actor and first critic (TorchRL makes the twins)."""
-    from rlplug.plugins.algorithms.offpolicy import td3
-
-    return td3.torchrl_loss(networks, settings, action_spec, observation_spec=observation_spec,
-                            policy_noise=policy_noise, noise_clip=noise_clip, loss_function=loss_function,
-                            num_qvalue_nets=num_qvalue_nets)
-
 
 @serving("sac")
 def make_sac_loss(
@@ -205,14 +147,10 @@ def make_redq_loss(
 
 
 def register_losses(register) -> None:
-    register("ddpg-loss", make_ddpg_objective)
-    register("td3-loss", make_td3_objective)
     register("sac-loss", make_sac_objective)
     register("crossq-loss", make_crossq_objective)
     register("mpo-loss", make_mpo_objective)
     register("dqn-loss", make_dqn_objective)
-    register("DDPGLoss", make_ddpg_loss)
-    register("TD3Loss", make_td3_loss)
     register("SACLoss", make_sac_loss)
     register("CrossQLoss", make_crossq_loss)
     register("DQNLoss", make_dqn_loss)

@@ -18,10 +18,10 @@ from tensordict.nn import dispatch
 from torchrl.objectives import TD3Loss
 
 from rlplug.networks import action_bounds
+from rlplug.plugins.algorithms.ddpg.algorithm import DDPGObjective
 from rlplug.plugins.algorithms.offpolicy.actor_critic import DelayedActor
-from rlplug.plugins.algorithms.offpolicy.config import TD3Config
-from rlplug.plugins.algorithms.offpolicy.ddpg import DDPGObjective
 from rlplug.plugins.algorithms.offpolicy.losses import Sample, one_env_actions, refuse_sequences, with_learners
+from rlplug.plugins.algorithms.td3 import TD3Config
 from rlplug.registry.networks import ActorCriticNetworks
 
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
+from rlplug.plugins.algorithms.ddpg import DDPGConfig
 from rlplug.plugins.algorithms.offpolicy.actor_critic import ActorCritic
-from rlplug.plugins.algorithms.offpolicy.config import DDPGConfig
 from rlplug.plugins.algorithms.offpolicy.losses import Sample, TargetCritics, refuse_sequences, with_learners
 from rlplug.registry.networks import ActorCriticNetworks
 
