@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import rlplug
-from rlplug.plugins.algorithms.offpolicy.sac import SAC
+from rlplug.plugins.algorithms.sac.algorithm import SAC
 from rlplug.recipe import load
 from rlplug.run.batched import BatchedRun
 from rlplug.run.trainer import Run

@@ -12,7 +12,7 @@ from torchrl.objectives import LossModule
 
 import rlplug
 from rlplug.core.training import MetricMean
-from rlplug.plugins.algorithms.offpolicy.sac import SAC
+from rlplug.plugins.algorithms.sac.algorithm import SAC
 from rlplug.recipe import load
 from rlplug.run.batched import BatchedRun
 from rlplug.run.trainer import Run

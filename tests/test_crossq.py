@@ -163,7 +163,7 @@ def test_a_tau_or_batched_seeds_are_refused_in_one_line(tmp_path):
 #: TorchRL's SACLoss offered to crossq: it keeps target networks, which crossq has no tau to move
 TARGETED_PLUGIN = """
 import rlplug
-from rlplug.plugins.algorithms.offpolicy.loss_factories import make_sac_loss
+from rlplug.plugins.algorithms.sac import make_sac_loss
 
 
 def make_targeted_loss(networks, settings, action_spec=None):

@@ -15,11 +15,8 @@ from typing import TYPE_CHECKING
 
 from rlplug.plugins.algorithms.common import REPLAY_CONTEXT, factory_for
 from rlplug.plugins.algorithms.offpolicy.config import (
-    CrossQConfig,
     DQNConfig,
     MPOConfig,
-    REDQConfig,
-    SACConfig,
 )
 from rlplug.plugins.algorithms.offpolicy.loss_factories import register_losses
 from rlplug.plugins.algorithms.onpolicy.config import (
@@ -33,11 +30,8 @@ from rlplug.plugins.algorithms.onpolicy.config import (
 from rlplug.registry.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from rlplug.plugins.algorithms.offpolicy.crossq import CrossQ
     from rlplug.plugins.algorithms.offpolicy.dqn import DQN
     from rlplug.plugins.algorithms.offpolicy.mpo import MPO
-    from rlplug.plugins.algorithms.offpolicy.redq import REDQ
-    from rlplug.plugins.algorithms.offpolicy.sac import SAC
     from rlplug.plugins.algorithms.onpolicy.impala import IMPALA
     from rlplug.plugins.algorithms.onpolicy.pg import A2C, VPG, Surrogate
     from rlplug.plugins.algorithms.onpolicy.ppo import PPO, PPOKL
@@ -75,21 +69,6 @@ def impala() -> type[IMPALA]:
     return IMPALA
 
 
-def sac() -> type[SAC]:
-    from rlplug.plugins.algorithms.offpolicy.sac import SAC
-    return SAC
-
-
-def redq() -> type[REDQ]:
-    from rlplug.plugins.algorithms.offpolicy.redq import REDQ
-    return REDQ
-
-
-def crossq() -> type[CrossQ]:
-    from rlplug.plugins.algorithms.offpolicy.crossq import CrossQ
-    return CrossQ
-
-
 def mpo() -> type[MPO]:
     from rlplug.plugins.algorithms.offpolicy.mpo import MPO
     return MPO
@@ -108,9 +87,6 @@ def rlplug_register_algorithms(register):
     register("vpg", factory_for(VPGConfig, vpg), aliases=("reinforce",))
     register("surrogate", factory_for(SurrogateConfig, surrogate))
     register("impala", factory_for(ImpalaConfig, impala))
-    register("sac", factory_for(SACConfig, sac, REPLAY_CONTEXT))
-    register("crossq", factory_for(CrossQConfig, crossq, REPLAY_CONTEXT))
-    register("redq", factory_for(REDQConfig, redq, REPLAY_CONTEXT))
     register("mpo", factory_for(MPOConfig, mpo, REPLAY_CONTEXT))
     register("dqn", factory_for(DQNConfig, dqn, REPLAY_CONTEXT))
 

@@ -51,9 +51,6 @@ def learning_rate_problem(value: Any) -> str | None:
 
 LearningRate: TypeAlias = Annotated[float | list[float], Check(learning_rate_problem)]
 #: each algorithm's ``loss`` key: a loss that serves it
-SAC_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("sac"))]
-CROSSQ_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("crossq"))]
-REDQ_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("redq"))]
 DQN_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("dqn"))]
 MPO_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("mpo"))]
 #: gradient steps per update: far more holds the run on one update for hours (DQN recipes take 1 to a few hundred)
@@ -62,11 +59,6 @@ GradientSteps: TypeAlias = Annotated[int, Range(ge=1), Limit(100_000, "one updat
 #: critic steps per actor step: far more and the actor is almost never updated
 PolicyDelay: TypeAlias = Annotated[int, Range(ge=1), Limit(1_000, "the actor would be updated once every that many "
                                                                   "critic steps, so almost never (typical: 1 to 3)")]
-#: REDQ's ensemble: every critic is a copy of the critic network, each updated at every gradient step
-Critics: TypeAlias = Annotated[int, Range(ge=2), Limit(1_000, "each critic is a copy of the critic network, all "
-                                                              "updated at every gradient step: far more takes "
-                                                              "minutes per step and the memory of that many networks "
-                                                              "(the paper: 10)")]
 #: MPO's actions per state: each gradient step values batch_size x action_samples actions at once
 ActionSamples: TypeAlias = Annotated[int, Range(ge=1), Limit(10_000, "each gradient step values batch_size x "
                                                                      "action_samples actions at once, beyond "
@@ -180,47 +172,6 @@ class EntropyConfig(ActorCriticConfig):
     entropy_lr: Rate | None = None
     #: the actor explores by sampling its policy: no added noise unless set
     exploration_noise: Noise | None = None
-
-
-@dataclass(frozen=True)
-class SoftActorCriticConfig(PolyakTargets, EntropyConfig):
-    """What SAC and REDQ share: a tanh-Gaussian actor, critics with target copies, a tuned entropy coefficient."""
-
-    #: what each gradient step minimises: rlplug's SAC loss, or TorchRL's SACLoss (built with these networks)
-    loss: SAC_LOSS = named(Loss, "sac-loss")
-
-
-@dataclass(frozen=True)
-class SACConfig(SequencesConfig, SoftActorCriticConfig):
-    """Soft actor-critic: a tanh-Gaussian actor, twin critics, an automatically tuned entropy coefficient."""
-
-
-@dataclass(frozen=True)
-class REDQConfig(SoftActorCriticConfig):
-    """Randomized ensembled double Q-learning: SAC with an ensemble of critics, many gradient steps per env step.
-
-    Each critic's target is the lowest of a random subset of the target critics; the actor ascends their mean."""
-
-    #: what each gradient step minimises: TorchRL's REDQLoss (built with these networks)
-    loss: REDQ_LOSS = named(Loss, "REDQLoss")
-    #: the critics of the ensemble (N), each a copy of the critic network
-    critics: Critics = 10
-    #: the target is the lowest of this many critics drawn at random for each gradient step (M, fewer than N)
-    subset_size: Count = 2
-    #: gradient steps per update: with steps_per_update = 1, the update-to-data ratio (G)
-    gradient_steps: GradientSteps = 20
-    #: learning rate: a number, or a pair [actor, critic]
-    lr: LearningRate = 3e-4
-
-
-@dataclass(frozen=True)
-class CrossQConfig(DelayedActorConfig, EntropyConfig):
-    """CrossQ: SAC without target networks, batch-normalised twin critics, delayed actor updates."""
-
-    #: what each gradient step minimises: rlplug's CrossQ loss, or TorchRL's CrossQLoss (built with these networks)
-    loss: CROSSQ_LOSS = named(Loss, "crossq-loss")
-    #: update the actor and the entropy coefficient once every this many critic steps
-    policy_delay: PolicyDelay = 3
 
 
 @dataclass(frozen=True)

@@ -279,6 +279,19 @@ def default_target_entropy(settings: Any, observation_spec, action_spec) -> floa
 
 # -- TorchRL's losses ------------------------------------------------------------------------------------
 
+#: which of TorchRL's parameters each learner steps, and which learner each term trains, in the losses of the
+#: entropy-tuned actor-critics (TorchRL's SACLoss layout: SAC's, REDQ's and CrossQ's)
+ENTROPY_GROUPS = {"actor": "actor_network_params", "critic": "qvalue_network_params", "entropy": "log_alpha"}
+ENTROPY_TERMS = {"loss_actor": "actor", "loss_qvalue": "critic", "loss_alpha": "entropy"}
+
+
+def entropy_defaults(settings: Any) -> dict[str, Any]:
+    """The algorithm's entropy settings under the names of TorchRL's ``SACLoss`` and ``CrossQLoss``."""
+    target = settings.target_entropy if settings.target_entropy is not None else "auto"
+    return {"alpha_init": settings.initial_entropy_coef, "fixed_alpha": not settings.learn_entropy_coef,
+            "target_entropy": target, "loss_function": "l2", "num_qvalue_nets": 2}
+
+
 def one_env_actions(action_spec, observation_spec):
     """The action spec TorchRL's losses read, one transition's: the env's ``action_spec`` without its copies' dims
     (those of ``observation_spec``'s batch), or as given where no observation spec is (a plugin's call)."""

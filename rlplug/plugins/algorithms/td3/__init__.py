@@ -14,6 +14,7 @@ from rlplug import Check, Range, hookimpl
 from rlplug.algorithms import (
     REPLAY_CONTEXT,
     ActorCriticConfig,
+    Count,
     DelayedActorConfig,
     Distance,
     NonNegative,
@@ -29,8 +30,6 @@ from rlplug.registry.networks import ActorCriticNetworks
 
 if TYPE_CHECKING:
     from rlplug.plugins.algorithms.td3.algorithm import TD3
-
-Twins = Annotated[int, Range(ge=1)]
 
 
 @dataclass(frozen=True)
@@ -70,7 +69,7 @@ def make_td3_loss(
     #: the critics' distance to their target (unset: 'l2', the algorithm's squared error)
     loss_function: Distance | None = None,
     #: how many critics (TorchRL makes them from the algorithm's first)
-    num_qvalue_nets: Twins | None = None,
+    num_qvalue_nets: Count | None = None,
     observation_spec=None,  # context (rlplug fills it in): one env's actions for TorchRL's loss
 ):
     """TorchRL's TD3Loss, built with the algorithm's actor and first critic (TorchRL makes the twins)."""

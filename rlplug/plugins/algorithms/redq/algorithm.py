@@ -14,14 +14,16 @@ from typing import Any
 from tensordict.nn import TensorDictModuleBase
 
 from rlplug.errors import UserError
-from rlplug.plugins.algorithms.offpolicy.config import REDQConfig
 from rlplug.plugins.algorithms.offpolicy.losses import (
+    ENTROPY_GROUPS,
+    ENTROPY_TERMS,
     default_target_entropy,
     one_env_actions,
     refuse_sequences,
     with_learners,
 )
-from rlplug.plugins.algorithms.offpolicy.sac import ENTROPY_GROUPS, ENTROPY_TERMS, SAC
+from rlplug.plugins.algorithms.redq import REDQConfig
+from rlplug.plugins.algorithms.sac.algorithm import SAC
 from rlplug.registry import protocols
 from rlplug.registry.networks import ActorCriticNetworks
 from rlplug.registry.protocols import capability

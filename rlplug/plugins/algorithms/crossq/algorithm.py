@@ -18,18 +18,20 @@ from typing import Any
 
 import torch
 
+from rlplug.plugins.algorithms.crossq import CrossQConfig
 from rlplug.plugins.algorithms.offpolicy.actor_critic import DelayedActor, Stochastic
-from rlplug.plugins.algorithms.offpolicy.config import CrossQConfig
 from rlplug.plugins.algorithms.offpolicy.losses import (
+    ENTROPY_GROUPS,
+    ENTROPY_TERMS,
     EntropyTerms,
     Sample,
     default_target_entropy,
+    entropy_defaults,
     one_env_actions,
     refuse_sequences,
     single_transitions,
     with_learners,
 )
-from rlplug.plugins.algorithms.offpolicy.sac import ENTROPY_GROUPS, ENTROPY_TERMS, entropy_defaults
 from rlplug.registry.networks import ActorCriticNetworks
 
 

@@ -23,21 +23,24 @@ import torch
 
 from rlplug.core.recurrent import ObservationSequence, RecurrentNetwork
 from rlplug.plugins.algorithms.offpolicy.actor_critic import Stochastic
-from rlplug.plugins.algorithms.offpolicy.config import REDQConfig, SACConfig
 from rlplug.plugins.algorithms.offpolicy.losses import (
+    ENTROPY_GROUPS,
+    ENTROPY_TERMS,
     EntropyTerms,
     Sample,
     TargetCritics,
     default_target_entropy,
+    entropy_defaults,
     one_env_actions,
     refuse_sequences,
     with_learners,
 )
+from rlplug.plugins.algorithms.sac import SoftActorCriticConfig
 from rlplug.registry.networks import ActorCriticNetworks
 
 
 class SAC(Stochastic):
-    config: SACConfig | REDQConfig
+    config: SoftActorCriticConfig
     critics = 2
 
 
@@ -79,18 +82,6 @@ def objective(networks: ActorCriticNetworks, settings: Any, observation_spec, ac
                         alpha_init=settings.initial_entropy_coef, learn_alpha=settings.learn_entropy_coef,
                         target_entropy=default_target_entropy(settings, observation_spec, action_spec),
                         burn_in=getattr(settings, "burn_in", 0))
-
-
-def entropy_defaults(settings: Any) -> dict[str, Any]:
-    """The algorithm's entropy settings under the names of TorchRL's ``SACLoss`` and ``CrossQLoss``."""
-    target = settings.target_entropy if settings.target_entropy is not None else "auto"
-    return {"alpha_init": settings.initial_entropy_coef, "fixed_alpha": not settings.learn_entropy_coef,
-            "target_entropy": target, "loss_function": "l2", "num_qvalue_nets": 2}
-
-
-#: which of TorchRL's parameters each learner steps, and which learner each term trains (SAC's and CrossQ's)
-ENTROPY_GROUPS = {"actor": "actor_network_params", "critic": "qvalue_network_params", "entropy": "log_alpha"}
-ENTROPY_TERMS = {"loss_actor": "actor", "loss_qvalue": "critic", "loss_alpha": "entropy"}
 
 
 def torchrl_loss(networks: ActorCriticNetworks, settings: Any, action_spec=None, *, observation_spec=None,
