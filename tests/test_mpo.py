@@ -81,7 +81,7 @@ def reference_dual(q, temperature, epsilon):
 
 
 def test_the_dual_of_the_temperature_on_known_values():
-    from rlplug.plugins.algorithms.offpolicy.mpo import dual
+    from rlplug.plugins.algorithms.mpo.algorithm import dual
 
     q = torch.tensor([[1.0, -2.0, 0.5], [3.0, -1.0, 0.5], [0.0, 4.0, 0.5], [-1.0, 0.0, 0.5]], dtype=torch.float64)
     for temperature in (0.3, 1.0, 5.0):
@@ -92,7 +92,7 @@ def test_the_dual_of_the_temperature_on_known_values():
 def test_at_the_duals_minimum_the_weights_are_epsilon_away_from_the_sampling_policy():
     """d dual / d eta = epsilon - mean_i KL(softmax_j(Q_ij / eta) || uniform): the minimising temperature puts
     the weights exactly epsilon (in mean KL) from the target policy's samples."""
-    from rlplug.plugins.algorithms.offpolicy.mpo import dual
+    from rlplug.plugins.algorithms.mpo.algorithm import dual
 
     q = torch.randn(16, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 3
     epsilon = 0.1
@@ -175,7 +175,7 @@ def target_params(actor, observation):
 
 
 def test_the_decoupled_log_likelihood_of_a_two_dimensional_action():
-    from rlplug.plugins.algorithms.offpolicy.mpo import decoupled_log_likelihood
+    from rlplug.plugins.algorithms.mpo.algorithm import decoupled_log_likelihood
 
     generator = torch.Generator().manual_seed(0)
     loc, old_loc = torch.randn(3, 2, generator=generator), torch.randn(3, 2, generator=generator)

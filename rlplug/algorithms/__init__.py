@@ -59,10 +59,10 @@ from rlplug.plugins.algorithms.onpolicy.config import OnPolicyConfig
 from rlplug.plugins.algorithms.parameters import Entry
 
 if TYPE_CHECKING:
+    from rlplug.plugins.algorithms.dqn.algorithm import DQN
     from rlplug.plugins.algorithms.networks import build_network
     from rlplug.plugins.algorithms.offpolicy.actor_critic import ActorCritic, DelayedActor, Stochastic
     from rlplug.plugins.algorithms.offpolicy.base import OffPolicy
-    from rlplug.plugins.algorithms.offpolicy.dqn import DQN
     from rlplug.plugins.algorithms.offpolicy.losses import (
         ActorCriticLoss,
         EntropyTerms,
@@ -83,7 +83,7 @@ _WITH_TORCH = {
     "ActorCritic": "rlplug.plugins.algorithms.offpolicy.actor_critic",
     "Stochastic": "rlplug.plugins.algorithms.offpolicy.actor_critic",
     "DelayedActor": "rlplug.plugins.algorithms.offpolicy.actor_critic",
-    "DQN": "rlplug.plugins.algorithms.offpolicy.dqn",
+    "DQN": "rlplug.plugins.algorithms.dqn.algorithm",
     "OnPolicy": "rlplug.plugins.algorithms.onpolicy.base",
     "OnPolicyLoss": "rlplug.plugins.algorithms.onpolicy.base",
     "ActorCriticLoss": "rlplug.plugins.algorithms.offpolicy.losses",

@@ -13,12 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rlplug.plugins.algorithms.common import REPLAY_CONTEXT, factory_for
-from rlplug.plugins.algorithms.offpolicy.config import (
-    DQNConfig,
-    MPOConfig,
-)
-from rlplug.plugins.algorithms.offpolicy.loss_factories import register_losses
+from rlplug.plugins.algorithms.common import factory_for
 from rlplug.plugins.algorithms.onpolicy.config import (
     A2CConfig,
     ImpalaConfig,
@@ -30,8 +25,6 @@ from rlplug.plugins.algorithms.onpolicy.config import (
 from rlplug.registry.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from rlplug.plugins.algorithms.offpolicy.dqn import DQN
-    from rlplug.plugins.algorithms.offpolicy.mpo import MPO
     from rlplug.plugins.algorithms.onpolicy.impala import IMPALA
     from rlplug.plugins.algorithms.onpolicy.pg import A2C, VPG, Surrogate
     from rlplug.plugins.algorithms.onpolicy.ppo import PPO, PPOKL
@@ -69,16 +62,6 @@ def impala() -> type[IMPALA]:
     return IMPALA
 
 
-def mpo() -> type[MPO]:
-    from rlplug.plugins.algorithms.offpolicy.mpo import MPO
-    return MPO
-
-
-def dqn() -> type[DQN]:
-    from rlplug.plugins.algorithms.offpolicy.dqn import DQN
-    return DQN
-
-
 @hookimpl
 def rlplug_register_algorithms(register):
     register("ppo", factory_for(PPOConfig, ppo))
@@ -87,11 +70,4 @@ def rlplug_register_algorithms(register):
     register("vpg", factory_for(VPGConfig, vpg), aliases=("reinforce",))
     register("surrogate", factory_for(SurrogateConfig, surrogate))
     register("impala", factory_for(ImpalaConfig, impala))
-    register("mpo", factory_for(MPOConfig, mpo, REPLAY_CONTEXT))
-    register("dqn", factory_for(DQNConfig, dqn, REPLAY_CONTEXT))
 
-
-@hookimpl
-def rlplug_register_losses(register):
-    """The off-policy algorithms' losses (the on-policy ones are :mod:`rlplug.plugins.losses`')."""
-    register_losses(register)

@@ -1,9 +1,11 @@
-"""Off-policy algorithm configs (DDPG, TD3, SAC, CrossQ, MPO, DQN): each dataclass's fields are an algorithm's
-recipe table, its docstring the summary ``rlplug list`` shows. Torch-free, like
-:mod:`rlplug.plugins.algorithms.onpolicy.config`; the algorithms live in
-:mod:`rlplug.plugins.algorithms.offpolicy.base` (the shared update) and ``ddpg``, ``td3``, ``sac``, ``crossq``,
-``mpo``, ``dqn``. A key an algorithm does not read is not among its fields: the mixins (:class:`PolyakTargets`,
-:class:`DelayedActorConfig`, :class:`EntropyConfig`) give each algorithm only what it uses.
+"""What every off-policy algorithm's config is built from: :class:`OffPolicyConfig` (replay, update cadence,
+optimisation, reward shaping), :class:`ActorCriticConfig`, and the mixins (:class:`PolyakTargets`,
+:class:`DelayedActorConfig`, :class:`EntropyConfig`, :class:`SequencesConfig`) that give each algorithm only the
+keys it reads; with the option types they share. Torch-free, like :mod:`rlplug.plugins.algorithms.onpolicy.config`.
+Each algorithm's own config (its fields are its recipe table, its docstring the summary ``rlplug list`` shows) is in
+its folder (``rlplug/plugins/algorithms/<name>/__init__.py``), on these; the shared update is
+:mod:`rlplug.plugins.algorithms.offpolicy.base`. :class:`DQNConfig` is here too: the kit hands it out as the base
+of value-based algorithms (C51's), and the shared update reads its ``tau`` (``dqn/`` registers it).
 
 Every option of skrl's ``DDPG_CFG`` is a key of the same meaning, under rlplug's names where rlplug
 already has one (the on-policy algorithms' ``lr``, ``lr_schedule``, ``max_grad_norm``); the mapping, option
@@ -50,19 +52,12 @@ def learning_rate_problem(value: Any) -> str | None:
 
 
 LearningRate: TypeAlias = Annotated[float | list[float], Check(learning_rate_problem)]
-#: each algorithm's ``loss`` key: a loss that serves it
-DQN_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("dqn"))]
-MPO_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("mpo"))]
 #: gradient steps per update: far more holds the run on one update for hours (DQN recipes take 1 to a few hundred)
 GradientSteps: TypeAlias = Annotated[int, Range(ge=1), Limit(100_000, "one update would take that many gradient "
                                                                       "steps, hours on one batch of frames")]
 #: critic steps per actor step: far more and the actor is almost never updated
 PolicyDelay: TypeAlias = Annotated[int, Range(ge=1), Limit(1_000, "the actor would be updated once every that many "
                                                                   "critic steps, so almost never (typical: 1 to 3)")]
-#: MPO's actions per state: each gradient step values batch_size x action_samples actions at once
-ActionSamples: TypeAlias = Annotated[int, Range(ge=1), Limit(10_000, "each gradient step values batch_size x "
-                                                                     "action_samples actions at once, beyond "
-                                                                     "memory (typical: 20)")]
 
 
 @dataclass(frozen=True)
@@ -175,40 +170,13 @@ class EntropyConfig(ActorCriticConfig):
 
 
 @dataclass(frozen=True)
-class MPOConfig(PolyakTargets, ActorCriticConfig):
-    """Maximum a posteriori policy optimisation: a Gaussian actor fitted to its critic's weighted samples.
-
-    The weights are softmax(Q / temperature) over actions drawn from the target policy; the fit stays within
-    separate KL bounds on the mean and on the covariance. One Q-critic; target copies of it and the actor."""
-
-    #: what each gradient step minimises: rlplug's MPO loss (built with these networks)
-    loss: MPO_LOSS = named(Loss, "mpo-loss")
-    #: actions drawn from the target policy for each sampled state (the E-step's and the critic's target's)
-    action_samples: ActionSamples = 20
-    #: the E-step's bound on the KL of the reweighted samples from the target policy (sets the temperature)
-    epsilon: Positive = 0.1
-    #: the M-step's bound on the KL of the policy's mean from the target policy's
-    epsilon_mean: Positive = 0.01
-    #: the M-step's bound on the KL of the policy's covariance from the target policy's
-    epsilon_sigma: Positive = 1e-4
-    #: the temperature of the sample weights softmax(Q / temperature) to start from (then learned from its dual)
-    initial_temperature: Positive = 1.0
-    #: the Lagrange multipliers of the mean and covariance bounds to start from (then learned)
-    initial_multiplier: Positive = 1.0
-    #: learning rate of the temperature and the Lagrange multipliers
-    dual_lr: Rate = 0.01
-    #: the actor explores by sampling its policy: no added noise unless set
-    exploration_noise: Noise | None = None
-
-
-@dataclass(frozen=True)
 class DQNConfig(OffPolicyConfig):
     """Deep Q-learning for discrete actions: epsilon-greedy, a target network, Huber loss, optional double DQN."""
 
     #: the Q-network: one value per action (writes action_value)
     q_network: Network = named(Network, "mlp")
     #: what each gradient step minimises: rlplug's DQN loss, or TorchRL's DQNLoss (built with this network)
-    loss: DQN_LOSS = named(Loss, "dqn-loss")
+    loss: Annotated[Loss, Check(loss_fits("dqn"))] = named(Loss, "dqn-loss")
     #: target = (1 - tau) * target + tau * online every target_update_interval frames (1.0: a hard copy)
     tau: Fraction = 1.0
     #: frames (over all envs) between target network updates

@@ -35,8 +35,8 @@ from torchrl.modules import IndependentNormal, TanhNormal
 from rlplug.core.acting import ActorView
 from rlplug.errors import UserError
 from rlplug.functional import gaussian_kl
+from rlplug.plugins.algorithms.mpo import MPOConfig
 from rlplug.plugins.algorithms.offpolicy.actor_critic import ActorCritic
-from rlplug.plugins.algorithms.offpolicy.config import MPOConfig
 from rlplug.plugins.algorithms.offpolicy.losses import Sample, TargetCritics, single_transitions
 from rlplug.registry.networks import ActorCriticNetworks
 
