@@ -1,5 +1,6 @@
-"""What the off-policy losses share, written once: each algorithm's loss (``ddpg.py``, ``td3.py``, ``sac.py``,
-``crossq.py``, ``dqn.py`` beside this module) subclasses :class:`ActorCriticLoss` or uses these pieces.
+"""What the off-policy losses share, written once: each algorithm's loss (in its folder's ``algorithm.py``:
+``ddpg/``, ``td3/``, ``sac/``, ``crossq/``, ``mpo/``, ``dqn/``) subclasses :class:`ActorCriticLoss` or uses these
+pieces.
 
 rlplug's losses are TorchRL ``LossModule``s: a replay sample in (TorchRL's keys: ``observation``, ``action``,
 ``("next", "observation" | "reward" | "terminated")``, prioritised replay's ``weight``), ``loss_*`` terms out,
