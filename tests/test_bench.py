@@ -6,13 +6,18 @@ from __future__ import annotations
 import json
 import signal
 import textwrap
+import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import CANONICAL, one_line_error, run_cli, start_cli, wait_for
+from conftest import CANONICAL, ROOT, one_line_error, run_cli, start_cli, wait_for
 from rlplug.run.bench import ratio, summarise
+
+SUITES = ROOT / "benchmarks" / "suites"
+#: Shipped entries without a reference, each for the reason its suite's comment gives.
+NO_REFERENCE = {"seaquest-ppo"}
 
 def write_suite(path: Path, text: str) -> Path:
     path.write_text(textwrap.dedent(text).replace("CANONICAL", CANONICAL.as_posix()))
@@ -106,6 +111,25 @@ def test_a_missing_suite_an_unknown_only_and_a_foreign_out_are_one_line_errors(t
     (tmp_path / "other" / "notes.txt").write_text("mine")
     one_line_error(run_cli("bench", str(suite), "--out", str(tmp_path / "other")), "holds no bench")
     assert [p.name for p in (tmp_path / "other").iterdir()] == ["notes.txt"]
+
+
+@pytest.mark.parametrize("name", ["classic", "minatar", "mujoco", "dmc"])
+def test_the_shipped_suites_validate_and_each_reference_names_its_source(tmp_path, name):
+    """Every entry's recipe loads for every seed (checked by a dry run, which writes nothing), and every entry
+    but those of NO_REFERENCE has a reference whose source names where the score is from."""
+    suite = SUITES / f"{name}.toml"
+    result = run_cli("bench", str(suite), "--out", str(tmp_path / "out"), "--dry-run", timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert not (tmp_path / "out").exists()
+    entries = tomllib.loads(suite.read_text())["entry"]
+    assert f"{len(entries)} entries" in result.stdout
+    for entry in entries:
+        name = entry.get("name", Path(entry["recipe"]).stem)
+        assert name in result.stdout
+        if name in NO_REFERENCE:
+            assert "reference" not in entry
+            continue
+        assert isinstance(entry["reference"]["score"], (int, float)) and len(entry["reference"]["source"]) > 40
 
 
 # -- training, reporting, continuing --------------------------------------------------------------------------

@@ -78,6 +78,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
                 f"{unit.remaining:,} frames left")
         if not units:
             say("bench: nothing to train")
+        if any(unit.together and not unit.resume for unit in units):
+            say("bench: (seeds together: trained as run --seeds --batched does, where the built run allows it; "
+                "else one after another)")
         return 0
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     if args.jobs > cores:
