@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from tensordict import TensorDict
 
 import rlplug
-from rlplug.plugins.algorithms.onpolicy.pg import ScoreFunctionLoss
-from rlplug.plugins.algorithms.onpolicy.ppo import PPOKLLoss, PPOLoss
+from rlplug.plugins.algorithms.onpolicy.losses import ScoreFunctionLoss
+from rlplug.plugins.algorithms.ppo.algorithm import PPOKLLoss, PPOLoss
 
 ENVS = {"discrete": "CartPole-v1", "continuous": "Pendulum-v1"}
 

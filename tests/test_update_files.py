@@ -57,7 +57,7 @@ def functions_of_one_update(out: Path) -> dict[str, set[str]]:
 @pytest.mark.slow
 def test_a_ppo_update_runs_in_at_most_four_rlplug_files(tmp_path):
     ran = functions_of_one_update(tmp_path / "run")
-    assert "rlplug/plugins/algorithms/onpolicy/ppo.py" in ran, "the profile saw PPO's own module"
+    assert "rlplug/plugins/algorithms/ppo/algorithm.py" in ran, "the profile saw PPO's own module"
     # the run's own watch, asked between gradient steps whether an `rlplug set` request waits (run/changes.py's
     # RequestWatch through core.training.end_updates_when), is the run's, not the update's to read: the update
     # cannot call the run layer otherwise (test_layout forbids the import); the watch looks in the run directory

@@ -33,7 +33,6 @@ BUILTIN_MODULES = (
     "rlplug.plugins.envs",
     "rlplug.plugins.networks",
     "rlplug.plugins.estimators",
-    "rlplug.plugins.algorithms",
     "rlplug.plugins.loggers",
     "rlplug.plugins.replay_buffers",
     "rlplug.plugins.noises",

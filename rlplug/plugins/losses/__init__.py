@@ -1,11 +1,12 @@
 """Losses: what an algorithm minimises, as TorchRL ``LossModule``s (a TensorDict in, ``loss_*`` terms out).
 
-Every built-in algorithm takes a nested ``[algorithm.loss]``. Its default is rlplug's own loss for that
-algorithm, in the algorithm's module: on-policy ``plugins/algorithms/onpolicy/ppo.py`` and ``pg.py``, off-policy each
-algorithm's home (:mod:`rlplug.plugins.algorithms.offpolicy`, registered from its ``loss_factories``). TorchRL's
-own losses are registered under their class names, built with the algorithm's networks, their constructor options
-as recipe keys. A key left unset takes the algorithm's setting where it has one (``torchrl_losses.py``). Each
-factory says which algorithms it serves (``serves``), checked when the recipe is validated.
+Every built-in algorithm takes a nested ``[algorithm.loss]``. A loss that serves one algorithm is registered by
+that algorithm's folder (``rlplug/plugins/algorithms/<name>/``: ``ppo-loss``, ``sac-loss``, TorchRL's ``SACLoss``...);
+here are those that serve the whole on-policy family: rlplug's score-function and surrogate losses
+(:mod:`rlplug.plugins.algorithms.onpolicy.losses`) and TorchRL's ``ClipPPOLoss``, ``KLPENPPOLoss``, ``A2CLoss`` and
+``ReinforceLoss``, built with the algorithm's networks, their constructor options as recipe keys. A key left unset
+takes the algorithm's setting where it has one (``torchrl_losses.py``). Each factory says which algorithms it serves
+(``serves``), checked when the recipe is validated.
 """
 
 from __future__ import annotations
@@ -13,36 +14,18 @@ from __future__ import annotations
 from typing import Annotated
 
 from rlplug.plugins.algorithms.loss_parts import Coefficient, Distance, Samples, serving
-from rlplug.plugins.algorithms.onpolicy.config import OnPolicyConfig, PPOConfig, PPOKLConfig
+from rlplug.plugins.algorithms.onpolicy.config import OnPolicyConfig
 from rlplug.registry.hookspecs import hookimpl
 from rlplug.registry.schema import Range
 
 ONPOLICY = ("ppo", "ppo-kl", "a2c", "vpg", "surrogate", "impala")
 
 
-@serving("ppo")
-def make_ppo_loss(networks, settings: PPOConfig):
-    """rlplug's PPO loss: the clipped surrogate, value and entropy terms. Its options are the algorithm's keys
-    (clip_epsilon, entropy_coef, value_coef...)."""
-    from rlplug.plugins.algorithms.onpolicy.ppo import PPOLoss
-
-    return PPOLoss.from_settings(networks, settings, clip_epsilon=settings.clip_epsilon)
-
-
-@serving("ppo-kl")
-def make_ppo_kl_loss(networks, settings: PPOKLConfig):
-    """rlplug's PPO loss with an adaptive KL penalty instead of clipping. Its options are the algorithm's keys
-    (kl_target, kl_penalty, entropy_coef, value_coef...)."""
-    from rlplug.plugins.algorithms.onpolicy.ppo import PPOKLLoss
-
-    return PPOKLLoss.from_settings(networks, settings, kl_target=settings.kl_target, kl_penalty=settings.kl_penalty)
-
-
 @serving(*ONPOLICY)
 def make_policy_gradient_loss(networks, settings: OnPolicyConfig):
     """rlplug's score-function loss (REINFORCE, A2C, IMPALA): -log pi(a|s) A, value and entropy terms. Its options
     are the algorithm's keys (entropy_coef, value_coef...)."""
-    from rlplug.plugins.algorithms.onpolicy.pg import ScoreFunctionLoss
+    from rlplug.plugins.algorithms.onpolicy.losses import ScoreFunctionLoss
 
     return ScoreFunctionLoss.from_settings(networks, settings)
 
@@ -51,7 +34,7 @@ def make_policy_gradient_loss(networks, settings: OnPolicyConfig):
 def make_surrogate_loss(networks, settings: OnPolicyConfig):
     """rlplug's unclipped importance-ratio surrogate loss, value and entropy terms. Its options are the
     algorithm's keys (entropy_coef, value_coef...)."""
-    from rlplug.plugins.algorithms.onpolicy.pg import SurrogateLoss
+    from rlplug.plugins.algorithms.onpolicy.losses import SurrogateLoss
 
     return SurrogateLoss.from_settings(networks, settings)
 
@@ -143,8 +126,6 @@ def make_reinforce_loss(
 
 @hookimpl
 def rlplug_register_losses(register):
-    register("ppo-loss", make_ppo_loss)
-    register("ppo-kl-loss", make_ppo_kl_loss)
     register("policy-gradient-loss", make_policy_gradient_loss)
     register("surrogate-loss", make_surrogate_loss)
     register("ClipPPOLoss", make_clip_ppo_loss)

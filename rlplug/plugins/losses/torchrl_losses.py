@@ -6,8 +6,8 @@ the algorithm's setting where the algorithm has one (``clip_epsilon``, ``entropy
 ``normalize_advantage``, ``gamma``...), so that swapping the loss changes the loss and nothing else; any other
 key keeps TorchRL's default. Where TorchRL's loss has no such option (A2C's and REINFORCE's normalisation), the
 algorithm's setting cannot apply and asking for it is a one-line error. The off-policy algorithms build
-TorchRL's losses in their own modules (:mod:`rlplug.plugins.algorithms.offpolicy`), with :func:`unset_to` and
-:func:`with_target_updates` from here.
+TorchRL's losses in their own folders (``rlplug/plugins/algorithms/<name>/algorithm.py``), with :func:`unset_to`
+and :func:`with_target_updates` from :mod:`rlplug.plugins.algorithms.loss_parts`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from rlplug.errors import UserError
 from rlplug.plugins.algorithms.loss_parts import unset_to, with_target_updates
-from rlplug.plugins.algorithms.onpolicy.config import OnPolicyConfig, PPOConfig, PPOKLConfig
+from rlplug.plugins.algorithms.onpolicy.config import OnPolicyConfig
 
 
 def onpolicy_defaults(settings: OnPolicyConfig) -> dict[str, Any]:
@@ -27,16 +27,15 @@ def onpolicy_defaults(settings: OnPolicyConfig) -> dict[str, Any]:
 
 def ppo_loss(kind: str, networks: dict, settings: OnPolicyConfig, **values: Any):
     """``ClipPPOLoss`` or ``KLPENPPOLoss`` with the algorithm's policy and critic; the clip range, or the KL target
-    and starting beta, are the algorithm's where it is PPO, or PPO-KL (TorchRL's defaults otherwise)."""
+    and starting beta, are the algorithm's where it has them (PPO's ``clip_epsilon``, PPO-KL's ``kl_target`` and
+    ``kl_penalty``; TorchRL's defaults otherwise)."""
     from torchrl.objectives import ClipPPOLoss, KLPENPPOLoss
 
     defaults = {**onpolicy_defaults(settings), "normalize_advantage": settings.normalize_advantages}
     if kind == "clip":
-        if isinstance(settings, PPOConfig):
-            defaults["clip_epsilon"] = settings.clip_epsilon
+        defaults["clip_epsilon"] = getattr(settings, "clip_epsilon", None)
         return ClipPPOLoss(networks["policy"], networks.get("critic"), **unset_to(values, defaults))
-    if isinstance(settings, PPOKLConfig):
-        defaults.update(dtarg=settings.kl_target, beta=settings.kl_penalty)
+    defaults.update(dtarg=getattr(settings, "kl_target", None), beta=getattr(settings, "kl_penalty", None))
     # the penalty's "old" policy is a copy of the actor (delay_actor), refreshed before each update, since
     # rlplug's batches record log-probabilities, not the distribution's parameters
     loss = KLPENPPOLoss(networks["policy"], networks.get("critic"), delay_actor=True, **unset_to(values, defaults))

@@ -1,7 +1,8 @@
-"""On-policy algorithm configs: each dataclass's fields are an algorithm's recipe table, its docstring the summary
-``rlplug list`` shows. Kept free of torch so that listing and validating recipes stay quick; the algorithms
-themselves live beside it (``base``: the shared update and loss terms; ``ppo``, ``pg``: each algorithm with its
-rlplug loss; ``impala``).
+"""What every on-policy algorithm's config is built from: :class:`OnPolicyConfig` (networks, estimators, batches and
+epochs, optimisation, the loss's weights), with the option types the algorithms share. Kept free of torch so that
+listing and validating recipes stay quick. Each algorithm's own config (its fields are its recipe table, its
+docstring the summary ``rlplug list`` shows) is in its folder (``rlplug/plugins/algorithms/<name>/__init__.py``);
+the shared update and loss terms are :mod:`rlplug.plugins.algorithms.onpolicy.base`.
 """
 
 from __future__ import annotations
@@ -12,19 +13,12 @@ from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, TypeAlias
 
 from rlplug.errors import RlplugWarning, UserError
-from rlplug.plugins.algorithms.common import OPTIMIZERS, SCHEDULES, Count, NonNegative, Positive, Rate, loss_fits, named
+from rlplug.plugins.algorithms.common import OPTIMIZERS, SCHEDULES, Count, NonNegative, Positive, Rate, named
 from rlplug.plugins.algorithms.parameters import ON_POLICY, Entry
 from rlplug.plugins.limits import Limit
 from rlplug.registry.components import Estimator, Loss, Network
-from rlplug.registry.schema import Check, Range
+from rlplug.registry.schema import Range
 
-#: each algorithm's ``loss`` key: a loss that serves it
-A2C_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("a2c"))]
-PPO_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("ppo"))]
-PPO_KL_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("ppo-kl"))]
-VPG_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("vpg"))]
-SURROGATE_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("surrogate"))]
-IMPALA_LOSS: TypeAlias = Annotated[Loss, Check(loss_fits("impala"))]
 #: passes over each batch: an update of more holds the run for hours on one batch (PPO takes 3 to 30)
 Epochs: TypeAlias = Annotated[int, Range(ge=1), Limit(10_000, "each update would make that many passes over one "
                                                        "batch, hours of gradient steps on the same frames (PPO "
@@ -45,9 +39,10 @@ class OnPolicyConfig:
     policy: Network = named(Network, "mlp")
     #: the value network (writes state_value)
     critic: Network = named(Network, "mlp")
+    # each algorithm redeclares it with its own check, Annotated[Loss, Check(loss_fits(name))]: a loss serving it
     #: what is minimised: rlplug's own loss for the algorithm, or TorchRL's (ClipPPOLoss, KLPENPPOLoss,
     #: A2CLoss, ReinforceLoss), built with these networks; its unset keys follow this table's settings
-    loss: A2C_LOSS = named(Loss, "policy-gradient-loss")
+    loss: Loss = named(Loss, "policy-gradient-loss")
     #: the critic computes its value from the policy's hidden layers (one body, two heads; the critic
     #: network's own hidden layers must match and are dropped); value_coef weighs the two losses on it
     shared_body: bool = False
@@ -119,89 +114,3 @@ class OnPolicyConfig:
                                         f"(frames_per_batch = {self.frames_per_batch}): each minibatch is the whole "
                                         f"batch"), stacklevel=2)
         return self.minibatch_size
-
-
-@dataclass(frozen=True)
-class PPOConfig(OnPolicyConfig):
-    """Proximal policy optimisation with the clipped surrogate objective."""
-
-    loss: PPO_LOSS = named(Loss, "ppo-loss")
-    value_target: Estimator = named(Estimator, "from_advantage")
-    #: the clip range of the probability ratio
-    clip_epsilon: Positive = 0.2
-    #: shrink the clip range linearly to 0 over the run (rl-baselines3-zoo's ``lin_`` clip ranges)
-    anneal_clip: bool = False
-
-
-@dataclass(frozen=True)
-class PPOKLConfig(OnPolicyConfig):
-    """PPO with an adaptive KL penalty instead of clipping (beta x2 above 1.5x the target, /2 below target/1.5)."""
-
-    loss: PPO_KL_LOSS = named(Loss, "ppo-kl-loss")
-    value_target: Estimator = named(Estimator, "from_advantage")
-    #: the KL divergence (old policy to new) each minibatch should stay near
-    kl_target: Positive = 0.01
-    #: the penalty's starting coefficient (beta)
-    kl_penalty: Positive = 1.0
-
-
-@dataclass(frozen=True)
-class VPGConfig(OnPolicyConfig):
-    """REINFORCE: the score-function policy gradient, with a learned baseline unless baseline = false."""
-
-    #: learn a critic and subtract its value from the return (false: plain REINFORCE)
-    baseline: bool = True
-    loss: VPG_LOSS = named(Loss, "policy-gradient-loss")
-    advantage: Estimator = named(Estimator, "mc")
-    value_target: Estimator | None = None
-    epochs: Epochs = 1
-    num_minibatches: Count | None = 1
-    lr: Rate = 1e-3
-
-
-@dataclass(frozen=True)
-class A2CConfig(OnPolicyConfig):
-    """Advantage actor-critic: one RMSprop policy-gradient step per short rollout (SB3's A2C defaults)."""
-
-    frames_per_batch: Count = 40
-    epochs: Epochs = 1
-    num_minibatches: Count | None = 1
-    optimizer: OPTIMIZERS = "rmsprop"
-    lr: Rate = 7e-4
-    normalize_advantages: bool = False
-    value_target: Estimator = named(Estimator, "from_advantage")
-
-
-@dataclass(frozen=True)
-class SurrogateConfig(OnPolicyConfig):
-    """The unclipped importance-ratio surrogate objective (PPO without the clip), over several epochs."""
-
-    loss: SURROGATE_LOSS = named(Loss, "surrogate-loss")
-    value_target: Estimator = named(Estimator, "from_advantage")
-
-
-@dataclass(frozen=True)
-class ImpalaConfig(OnPolicyConfig):
-    """IMPALA (Espeholt et al. 2018): a learner fed by asynchronous actors, V-trace correcting for their lag.
-
-    Under ``[runner] use = "ray"`` each worker collects ``frames_per_batch`` frames with the weights it last
-    received and the learner takes one update per rollout, first come, first served; under the local runner
-    it is an on-policy actor-critic whose V-trace weights are all 1. The advantage estimator must be
-    ``vtrace`` (or another that reads ``target_log_prob``), which also gives the value target.
-    """
-
-    #: V-trace: reads the behaviour log-prob the worker recorded and the learner's, clips their ratio
-    advantage: Estimator = named(Estimator, "vtrace")
-    #: unset: the value target is V-trace's v_s
-    value_target: Estimator | None = None
-    loss: IMPALA_LOSS = named(Loss, "policy-gradient-loss")
-    frames_per_batch: Count = 256
-    #: passes over each rollout (the paper: 1)
-    epochs: Epochs = 1
-    num_minibatches: Count | None = 1
-    optimizer: OPTIMIZERS = "rmsprop"
-    lr: Rate = 6e-4
-    max_grad_norm: Positive | None = 40.0
-    entropy_coef: EntropyCoef = 0.01
-    value_coef: NonNegative = 0.5
-    normalize_advantages: bool = False

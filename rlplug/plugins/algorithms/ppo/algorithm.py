@@ -3,7 +3,7 @@
 Each is the on-policy update of :mod:`rlplug.plugins.algorithms.onpolicy.base` with its loss: rlplug's own,
 here (``ppo-loss``, ``ppo-kl-loss``, on the ratio ``r = pi(a|s) / pi_old(a|s)`` and advantages ``A``), or TorchRL's
 ``ClipPPOLoss`` and ``KLPENPPOLoss`` (:mod:`rlplug.plugins.losses.torchrl_losses`). PPO adds the clip range's
-annealing.
+annealing. (``ppo-kl`` registers itself from :mod:`rlplug.plugins.algorithms.ppo_kl`.)
 
 - ``ppo-loss``: ``-mean(min(r A, clip(r, 1 - eps, 1 + eps) A))`` (what ``ClipPPOLoss`` computes);
 - ``ppo-kl-loss``: ``-mean(r A) + beta KL(old || new)``, beta doubled above 1.5x ``kl_target`` and halved below
@@ -18,7 +18,7 @@ import torch
 
 from rlplug.core.training import linear_decay
 from rlplug.plugins.algorithms.onpolicy.base import OnPolicy, OnPolicyLoss, approx_kl
-from rlplug.plugins.algorithms.onpolicy.config import PPOConfig
+from rlplug.plugins.algorithms.ppo import PPOConfig
 
 
 class PPO(OnPolicy):

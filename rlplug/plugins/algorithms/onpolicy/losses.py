@@ -12,10 +12,14 @@ the ratio ``r = pi(a|s) / pi_old(a|s)``), or TorchRL's ``A2CLoss`` and ``Reinfor
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from rlplug.plugins.algorithms.onpolicy.base import OnPolicy, OnPolicyLoss
-from rlplug.plugins.algorithms.onpolicy.config import VPGConfig
+
+if TYPE_CHECKING:
+    from rlplug.plugins.algorithms.vpg import VPGConfig
 
 
 class VPG(OnPolicy):

@@ -16,8 +16,8 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDictBase
 
+from rlplug.plugins.algorithms.impala import ImpalaConfig
 from rlplug.plugins.algorithms.onpolicy.base import OnPolicy, log_prob_and_entropy
-from rlplug.plugins.algorithms.onpolicy.config import ImpalaConfig
 from rlplug.plugins.estimators.returns import TARGET_LOG_PROB
 
 
