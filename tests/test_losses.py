@@ -22,7 +22,8 @@ from tensordict import TensorDict
 
 import rlplug
 from rlplug.plugins.algorithms.onpolicy.losses import ScoreFunctionLoss
-from rlplug.plugins.algorithms.ppo.algorithm import PPOKLLoss, PPOLoss
+from rlplug.plugins.algorithms.ppo.algorithm import PPOLoss
+from rlplug.plugins.algorithms.ppo_kl.algorithm import PPOKLLoss
 
 ENVS = {"discrete": "CartPole-v1", "continuous": "Pendulum-v1"}
 

@@ -16,7 +16,7 @@ from rlplug.plugins.algorithms.onpolicy.config import Epochs
 from rlplug.registry.components import Estimator, Loss
 
 if TYPE_CHECKING:
-    from rlplug.plugins.algorithms.onpolicy.losses import A2C
+    from rlplug.plugins.algorithms.a2c.algorithm import A2C
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class A2CConfig(OnPolicyConfig):
 
 
 def a2c() -> type[A2C]:
-    from rlplug.plugins.algorithms.onpolicy.losses import A2C
+    from rlplug.plugins.algorithms.a2c.algorithm import A2C
     return A2C
 
 

@@ -15,7 +15,7 @@ from rlplug.algorithms import OnPolicyConfig, Positive, factory_for, loss_fits, 
 from rlplug.registry.components import Estimator, Loss
 
 if TYPE_CHECKING:
-    from rlplug.plugins.algorithms.ppo.algorithm import PPOKL
+    from rlplug.plugins.algorithms.ppo_kl.algorithm import PPOKL
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class PPOKLConfig(OnPolicyConfig):
 
 
 def ppo_kl() -> type[PPOKL]:
-    from rlplug.plugins.algorithms.ppo.algorithm import PPOKL
+    from rlplug.plugins.algorithms.ppo_kl.algorithm import PPOKL
     return PPOKL
 
 
@@ -39,7 +39,7 @@ def ppo_kl() -> type[PPOKL]:
 def make_ppo_kl_loss(networks, settings: PPOKLConfig):
     """rlplug's PPO loss with an adaptive KL penalty instead of clipping. Its options are the algorithm's keys
     (kl_target, kl_penalty, entropy_coef, value_coef...)."""
-    from rlplug.plugins.algorithms.ppo.algorithm import PPOKLLoss
+    from rlplug.plugins.algorithms.ppo_kl.algorithm import PPOKLLoss
 
     return PPOKLLoss.from_settings(networks, settings, kl_target=settings.kl_target, kl_penalty=settings.kl_penalty)
 

@@ -15,7 +15,7 @@ from rlplug.algorithms import OnPolicyConfig, factory_for, loss_fits, named
 from rlplug.registry.components import Estimator, Loss
 
 if TYPE_CHECKING:
-    from rlplug.plugins.algorithms.onpolicy.losses import Surrogate
+    from rlplug.plugins.algorithms.surrogate.algorithm import Surrogate
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class SurrogateConfig(OnPolicyConfig):
 
 
 def surrogate() -> type[Surrogate]:
-    from rlplug.plugins.algorithms.onpolicy.losses import Surrogate
+    from rlplug.plugins.algorithms.surrogate.algorithm import Surrogate
     return Surrogate
 
 

@@ -16,7 +16,7 @@ from rlplug.plugins.algorithms.onpolicy.config import Epochs
 from rlplug.registry.components import Estimator, Loss
 
 if TYPE_CHECKING:
-    from rlplug.plugins.algorithms.onpolicy.losses import VPG
+    from rlplug.plugins.algorithms.vpg.algorithm import VPG
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class VPGConfig(OnPolicyConfig):
 
 
 def vpg() -> type[VPG]:
-    from rlplug.plugins.algorithms.onpolicy.losses import VPG
+    from rlplug.plugins.algorithms.vpg.algorithm import VPG
     return VPG
 
 
