@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import os
 import sys
 import warnings
@@ -64,6 +63,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     if args.unit is not None:
         unit = bench.unit_by_key(suite.entries, out, args.unit)
+        bench.stop_when_orphaned(os.getppid())
         with bench.Stop().installed() as stop:
             return bench.train_unit(unit, out, stop, say)
     units = bench.plan(entries, out)
@@ -143,6 +143,8 @@ def check_out(out: Path) -> None:
 def held(out: Path):
     """An exclusive lock on the directory ``out`` (made where missing) while the block runs; released when the
     process ends, however it ends."""
+    import fcntl
+
     try:
         out.mkdir(parents=True, exist_ok=True)
         fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

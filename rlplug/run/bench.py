@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import re
 import signal
 import subprocess
@@ -470,6 +471,19 @@ class Stop:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+
+def stop_when_orphaned(parent: int, every: float = 1.0) -> None:
+    """A ``--jobs`` worker sends itself SIGTERM (its run stops with a checkpoint) once the bench that started it
+    is gone (killed without passing a signal on), rather than training on and holding its run directory."""
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="bench-parent-watch", daemon=True).start()
 
 
 def train_unit(unit: Unit, out: Path, stop: Stop, say: Callable[[str], None]) -> int:
