@@ -1,8 +1,5 @@
 """A2C (Mnih et al. 2016, the synchronous advantage actor-critic) with Stable-Baselines3's defaults: one RMSprop
 step per short rollout; its loss is the family's ``policy-gradient-loss`` (:mod:`rlplug.plugins.losses`).
-
-Torch-free: the config (the recipe table) and the registration; the class is in :mod:`.algorithm`, imported when
-built.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """CrossQ (Bhatt et al. 2024): SAC without target networks, batch-normalised twin critics valuing (s, a) and
 (s', a') in one pass, the actor and the entropy coefficient moved once every ``policy_delay`` critic steps.
-
-Torch-free: the config (the recipe table), the factories of its losses (rlplug's ``crossq-loss`` and TorchRL's
-``CrossQLoss``), the registrations; the class, rlplug's loss and the builds of both are in :mod:`.algorithm`,
-imported when built.
+Losses: rlplug's ``crossq-loss`` (the default) or TorchRL's ``CrossQLoss``.
 """
 
 from __future__ import annotations

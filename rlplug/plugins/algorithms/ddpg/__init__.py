@@ -1,9 +1,5 @@
 """DDPG (Lillicrap et al. 2016): a deterministic actor, one Q-critic, their target copies moved by polyak
-averaging, and noise to explore.
-
-Torch-free: the config (the recipe table), the factories of its losses (rlplug's ``ddpg-loss`` and TorchRL's
-``DDPGLoss``), the registrations; the class, rlplug's loss and the builds of both are in :mod:`.algorithm`,
-imported when built.
+averaging, and noise to explore. Losses: rlplug's ``ddpg-loss`` (the default) or TorchRL's ``DDPGLoss``.
 """
 
 from __future__ import annotations

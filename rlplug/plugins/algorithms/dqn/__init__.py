@@ -1,10 +1,10 @@
 """DQN (Mnih et al. 2015) as Stable-Baselines3 has it: one Q-value per discrete action, epsilon-greedy exploration,
-a target network, the Huber loss; ``double = true`` for double DQN.
+a target network, the Huber loss; ``double = true`` for double DQN. Losses: rlplug's ``dqn-loss`` (the default) or
+TorchRL's ``DQNLoss``.
 
 Its config, :class:`~rlplug.plugins.algorithms.offpolicy.config.DQNConfig`, is the family's: the kit hands it out
 with the class as the base of value-based algorithms (C51 builds on them), and the family's update reads its
-``tau``. Torch-free here: the factories of its losses (rlplug's ``dqn-loss`` and TorchRL's ``DQNLoss``) and the
-registrations; the class, rlplug's loss and the builds of both are in :mod:`.algorithm`, imported when built.
+``tau``.
 """
 
 from __future__ import annotations

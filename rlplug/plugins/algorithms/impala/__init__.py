@@ -1,8 +1,5 @@
 """IMPALA (Espeholt et al. 2018): an actor-critic learner fed by asynchronous actors, V-trace correcting for their
 lag; its loss is the family's ``policy-gradient-loss`` (:mod:`rlplug.plugins.losses`).
-
-Torch-free: the config (the recipe table) and the registration; the class is in :mod:`.algorithm`, imported when
-built.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
 """MPO (Abdolmaleki et al. 2018, maximum a posteriori policy optimisation, with the decoupled KL bounds): a
 Gaussian actor fitted to its critic's softmax-weighted samples of the target policy, within KL bounds on its mean
-and on its covariance; one Q-critic; target copies of both.
-
-Torch-free: the config (the recipe table), the factory of its loss (rlplug's ``mpo-loss``), the registrations; the
-class, the loss and its build are in :mod:`.algorithm`, imported when built.
+and on its covariance; one Q-critic; target copies of both. Its loss is rlplug's ``mpo-loss``.
 """
 
 from __future__ import annotations

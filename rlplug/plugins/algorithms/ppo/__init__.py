@@ -1,8 +1,5 @@
-"""PPO (Schulman et al. 2017) with the clipped surrogate objective.
-
-Torch-free: the config (the recipe table), the factory of its loss (rlplug's ``ppo-loss``; TorchRL's
-``ClipPPOLoss`` serves the whole family, :mod:`rlplug.plugins.losses`), the registrations; the class and the loss
-are in :mod:`.algorithm`, imported when built.
+"""PPO (Schulman et al. 2017) with the clipped surrogate objective. Losses: rlplug's ``ppo-loss`` (the default),
+or any of the family's (:mod:`rlplug.plugins.losses`), TorchRL's ``ClipPPOLoss`` among them.
 """
 
 from __future__ import annotations

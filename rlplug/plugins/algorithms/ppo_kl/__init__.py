@@ -1,8 +1,6 @@
-"""PPO with an adaptive KL penalty instead of the clip (Schulman et al. 2017's other objective).
-
-Torch-free: the config (the recipe table), the factory of its loss (rlplug's ``ppo-kl-loss``; TorchRL's
-``KLPENPPOLoss`` serves the whole family, :mod:`rlplug.plugins.losses`), the registrations; the class and the loss
-are in :mod:`.algorithm`, imported when built.
+"""PPO with an adaptive KL penalty instead of the clip (Schulman et al. 2017's other objective). Losses: rlplug's
+``ppo-kl-loss`` (the default), or any of the family's (:mod:`rlplug.plugins.losses`), TorchRL's ``KLPENPPOLoss``
+among them.
 """
 
 from __future__ import annotations

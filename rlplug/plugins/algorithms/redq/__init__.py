@@ -1,9 +1,6 @@
 """REDQ (Chen et al. 2021, randomized ensembled double Q-learning): SAC (:mod:`rlplug.plugins.algorithms.sac`)
 with an ensemble of critics, each one's target the lowest of a random subset of the target critics, and many
-gradient steps per env step.
-
-Torch-free: the config (the recipe table), the factory of its loss (TorchRL's ``REDQLoss``), the registrations;
-the class and the loss's build are in :mod:`.algorithm`, imported when built.
+gradient steps per env step. Its loss is TorchRL's ``REDQLoss``, which makes the ensemble from the critic network.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """SAC (Haarnoja et al. 2018, with the automatic entropy coefficient): a tanh-Gaussian actor, twin critics with
-target copies, an entropy coefficient tuned towards a target entropy. REDQ (:mod:`rlplug.plugins.algorithms.redq`)
-builds on it: :class:`SoftActorCriticConfig` is what the two share.
-
-Torch-free: the configs (the recipe table), the factories of its losses (rlplug's ``sac-loss`` and TorchRL's
-``SACLoss``), the registrations; the class, rlplug's loss and the builds of both are in :mod:`.algorithm`,
-imported when built.
+target copies, an entropy coefficient tuned towards a target entropy. Losses: rlplug's ``sac-loss`` (the default)
+or TorchRL's ``SACLoss``. REDQ (:mod:`rlplug.plugins.algorithms.redq`) builds on it: :class:`SoftActorCriticConfig`
+is what the two configs share.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
 """The unclipped importance-ratio surrogate objective over several epochs: PPO without the clip (the baseline its
 clip is measured against); its loss is the family's ``surrogate-loss`` (:mod:`rlplug.plugins.losses`).
-
-Torch-free: the config (the recipe table) and the registration; the class is in :mod:`.algorithm`, imported when
-built.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""TD3 (Fujimoto et al. 2018): DDPG with twin critics, target policy smoothing and delayed actor updates.
-
-Torch-free: the config (the recipe table), the factories of its losses (rlplug's ``td3-loss`` and TorchRL's
-``TD3Loss``), the registrations; the class, rlplug's loss and the builds of both are in :mod:`.algorithm`,
-imported when built.
+"""TD3 (Fujimoto et al. 2018): DDPG with twin critics, target policy smoothing and delayed actor updates. Losses:
+rlplug's ``td3-loss`` (the default) or TorchRL's ``TD3Loss``, its actor's term left out between delays.
 """
 
 from __future__ import annotations

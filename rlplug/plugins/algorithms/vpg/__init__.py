@@ -1,8 +1,5 @@
 """REINFORCE (Williams 1992), the vanilla policy gradient: the score function on Monte Carlo returns, with a learned
 baseline unless ``baseline = false``; its loss is the family's ``policy-gradient-loss`` (:mod:`rlplug.plugins.losses`).
-
-Torch-free: the config (the recipe table) and the registration; the class is in :mod:`.algorithm`, imported when
-built.
 """
 
 from __future__ import annotations
