@@ -10,7 +10,6 @@ and dqn with two workers, and refuses in one line what it cannot train."""
 from __future__ import annotations
 
 import csv
-import math
 import multiprocessing
 
 import pytest
@@ -20,7 +19,7 @@ import torch
 import rlplug
 from conftest import ROOT, built_algorithm, one_line_error, run_cli
 from rlplug.plugins.algorithms.offpolicy.base import OffPolicy
-from rlplug.plugins.runners.ray.gradients import GradientWorkerSpec, OffPolicyGradients, OnPolicyGradients
+from rlplug.plugins.runners.ray.gradients import GradientWorker, GradientWorkerSpec
 
 pytestmark = pytest.mark.slow
 
@@ -84,8 +83,9 @@ def gradient_worker(connection) -> None:
         batch, frames, weights = connection.recv()
         algorithm.set_weights(weights)  # as Ray's worker sets them before its rollout
         torch.manual_seed(DRAWS)
-        worker = (OffPolicyGradients if isinstance(algorithm, OffPolicy) else OnPolicyGradients)(algorithm, 1)
-        worker.prepare(batch, frames)
+        worker = GradientWorker(algorithm, algorithm.data_parallel(1))
+        tracked = worker.prepare(batch, frames)
+        connection.send({key: [float(tracked.get(key).reshape(-1)[0])] for key in tracked.keys() if key != "next"})
         while (message := connection.recv()) is not None:
             step, weights = message
             algorithm.set_weights(weights)
@@ -139,24 +139,15 @@ def answer(connection, seconds: float = 120):
     return connection.recv()
 
 
-def learner_steps(algorithm, batch, gradients_for) -> None:
+def learner_steps(algorithm, batch, gradients_for, taken) -> None:
     """The learner's side of one update, each step's gradients from ``gradients_for(step, weights)``: as the
-    Ray runner's gradient mode takes it (rlplug.plugins.runners.ray.gradients)."""
-    if isinstance(algorithm, OffPolicy):
-        algorithm.follow_frames(batch.numel())
-        for _ in range(algorithm.config.gradient_steps):
-            algorithm.apply_gradients(gradients_for(algorithm.steps, algorithm.get_weights()))
-        return
-    lr = algorithm.start_update(batch.numel())
-    taken = 0
+    Ray runner's gradient mode takes it (rlplug.plugins.runners.ray.gradients), through the algorithm's
+    ``data_parallel``; ``taken``: what the worker's copy said of its rollout."""
 
-    def step(index: int, diagnostics: bool):
-        nonlocal taken
-        norms = algorithm.apply_gradients(gradients_for(taken, algorithm.get_weights()))
-        taken += 1
-        return {}, norms.get("grad_norm")
+    def step(index: int):
+        return {}, algorithm.apply_gradients(gradients_for(index, algorithm.get_weights()))
 
-    algorithm.learn(math.ceil(batch.numel() / algorithm.minibatch_size), step, lr, None)
+    algorithm.data_parallel(1).learn(batch.numel(), step, taken)
 
 
 def assert_same_state(mine, reference) -> None:
@@ -181,12 +172,13 @@ def test_gradients_from_another_process_equal_the_local_update(name, tmp_path, a
     worker = another_process.session()
     worker.send((path, overrides, torch.get_num_threads()))
     worker.send((batch.clone(), batch.numel(), learner.get_weights()))
+    taken = answer(worker)
 
     def remote(step, weights):
         worker.send((step, weights))
         return answer(worker).get("grads")
 
-    learner_steps(learner, batch, remote)
+    learner_steps(learner, batch, remote, taken)
     worker.send(None)
     assert answer(worker) == "done"
     another_process.ended()

@@ -168,9 +168,12 @@ def test_each_hookspec_states_the_context_its_kind_is_given():
 
 
 def test_the_run_layer_knows_an_algorithm_only_by_its_protocol():
-    """What may change live, whether seeds batch, what the run checkpoints: protocol members, so that a plugin's
-    algorithm gets what a built-in gets; nothing that drives runs imports the built-in algorithms or the kit."""
-    drivers = [name for name in MODULES if name.startswith(("rlplug.run", "rlplug.cli")) or name == "rlplug.agent"]
+    """What may change live, whether seeds batch, what the run checkpoints, what Ray's gradient workers, learners
+    and replay storages need: protocol members, so that a plugin's algorithm gets what a built-in gets; nothing
+    that drives runs (the run layer, the CLI, the Python API, the runners) imports the built-in algorithms or the
+    kit."""
+    drivers = [name for name in MODULES if name.startswith(("rlplug.run", "rlplug.cli", "rlplug.plugins.runners"))
+               or name == "rlplug.agent"]
     reaching = sorted(f"{name} imports {target}" for name in drivers
                       for target in imported_modules(name, MODULES[name])
                       if target.startswith(("rlplug.plugins.algorithms", "rlplug.algorithms")))

@@ -9,6 +9,7 @@ failing by a hair (issue 42), on a real local Ray instance:
 
 from __future__ import annotations
 
+import functools
 from types import SimpleNamespace
 
 import pytest
@@ -19,6 +20,7 @@ from conftest import ROOT, built_algorithm
 from tensordict import TensorDict
 from test_ray_storages import component
 
+from rlplug.plugins.algorithms.offpolicy.base import replay_transitions
 from rlplug.plugins.runners.ray.storages import ShardedReplay, Storage, writers
 
 pytestmark = pytest.mark.slow
@@ -45,8 +47,9 @@ def test_writes_spread_over_the_storages(ray_instance):
     storage 1 workers 1 and 3's (6); then the driver's own writes of 5 and 7 go to storage 0, then 1."""
     built = component("uniform")
     replay = ShardedReplay([ray.remote(Storage).remote(built, 50, i, {}) for i in range(2)], 50, seed=0)
-    algorithm = SimpleNamespace(config=SimpleNamespace(reward_scale=1.0, reward_offset=0.0, reward_clip=None),
-                                observation_key="observation")
+    config = SimpleNamespace(reward_scale=1.0, reward_offset=0.0, reward_clip=None)
+    transitions = functools.partial(replay_transitions, config=config, key="observation")
+    algorithm = SimpleNamespace(replay_storage=lambda: SimpleNamespace(writer=lambda: transitions))
     for worker, writer in enumerate(writers(replay, algorithm, 4)):
         assert writer.write(rollout(worker + 1, 10 * worker))
     assert sizes(replay) == [1 + 3, 2 + 4]

@@ -127,7 +127,7 @@ def test_gradients_averaged_over_workers_equal_the_local_update(tmp_path):
     """Gradient mode's arithmetic without Ray: two workers' gradients on their halves of a batch, averaged and
     applied by the learner, take the same step as the algorithm's own update on the whole batch (A2C: one
     minibatch, no advantage normalisation, so the mean loss over the batch is the mean of the halves')."""
-    from rlplug.plugins.runners.ray.gradients import OnPolicyGradients, averaged
+    from rlplug.plugins.runners.ray.gradients import GradientWorker, averaged
 
     a2c = ROOT / "recipes" / "cartpole-a2c.toml"
     # one recipe and seed: the same initial weights in all three
@@ -137,7 +137,7 @@ def test_gradients_averaged_over_workers_equal_the_local_update(tmp_path):
     batch = local.run.collector.collect()
     reference.update(batch.clone())
 
-    worker = OnPolicyGradients(worker_algorithm, workers=2)
+    worker = GradientWorker(worker_algorithm, worker_algorithm.data_parallel(2))
     worker_algorithm.set_weights(learner.get_weights())
     halves = []
     for half in batch.clone().chunk(2, dim=0):  # by env rows: each half's advantages are the whole batch's

@@ -17,7 +17,7 @@ from test_ray import ray_instance  # noqa: F401 (the module's local Ray instance
 
 from rlplug.core.envs import build_env
 from rlplug.errors import RlplugWarning, UserError
-from rlplug.plugins.runners.ray.collection import cadence
+from rlplug.plugins.algorithms.offpolicy.data_parallel import cadence
 from rlplug.recipe import load
 
 ONE_KEY = 'runner={use="ray", workers=2}'

@@ -94,7 +94,7 @@ def assert_two_learners_step_as_one(recipe_path, overrides: list[str], halves) -
 
         def seeded_step(learner, seed, half):
             torch.manual_seed(seed)
-            learner.allreduced_step(half)
+            learner.allreduced(*learner.algorithm.compute_gradients(half, grads_to_cpu=False))
             return learner.algorithm.get_weights()
 
         weights = ray.get([actor.__ray_call__.remote(seeded_step, seed, half.clone())

@@ -216,7 +216,7 @@ def test_pendulum_sac_on_two_storages_and_two_learners_logs_them_and_resumes(tmp
 
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe, overrides, fragment", [
-    ("cartpole-ppo.toml", ["runner.use=ray", "runner.storages=1"], "learns on-policy"),
+    ("cartpole-ppo.toml", ["runner.use=ray", "runner.storages=1"], "learns without one"),
     ("pendulum-sac.toml", [*TWO_WORKERS, "runner.storages=3"], "3 storages for 2 workers"),
     ("pendulum-sac.toml", [*TWO_WORKERS, "runner.mode=gradients", "runner.storages=1"], "mode = 'gradients'"),
     ("pendulum-sac.toml", [*TWO_WORKERS, "runner.storages=1", "algorithm.replay_buffer.storage=memmap"],

@@ -262,6 +262,12 @@ def forget_former_buffers(module: torch.nn.Module, names: tuple[str, ...]) -> No
     module.register_load_state_dict_pre_hook(drop)
 
 
+def share_of(size: int, copies: int) -> int:
+    """Each copy's share of a minibatch (or replay sample) of ``size`` when ``copies`` copies compute its
+    gradients apart (Ray's gradient workers, learners): together they make the whole."""
+    return math.ceil(size / copies)
+
+
 class MetricMean:
     """Running means of detached scalars, read once per update so the hot loop never syncs."""
 

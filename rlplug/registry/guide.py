@@ -24,6 +24,7 @@ from rlplug.registry.docs import field_comments, tidy
 #: algorithm's optional members hand back, and what a callback is handed
 SECTIONS: dict[str, type] = {**protocols.PROTOCOLS, "collector": protocols.Collector,
                              "batched_update": protocols.BatchedUpdate, "live_parameters": protocols.LiveParameters,
+                             "data_parallel": protocols.DataParallel, "replay_storage": protocols.ReplayStorage,
                              "callback_run": CallbackRun}
 
 _SECTION = re.compile(r"(<!-- contract:(?P<kind>[a-z_]+) -->\n)(?P<body>.*?)(<!-- /contract:(?P=kind) -->)", re.S)

@@ -24,7 +24,7 @@ from rlplug.registry.conformance import (
 from rlplug.registry.env_protocol import Env
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Callable, Iterator, Mapping, Sequence
     from pathlib import Path
 
     import torch
@@ -108,6 +108,24 @@ class Algorithm(Protocol):
     def parameter_changes(self) -> dict[str, Any]:
         """The changes made by :meth:`update_algorithm_parameter` since the algorithm was built (name -> value, in
         order): a checkpoint keeps them, and a rebuilt run makes them again before loading its state."""
+
+    @optional
+    def data_parallel(self, copies: int) -> DataParallel:
+        """Its update computed by ``copies`` copies of it at once, each on its share of the data (Ray's gradient
+        workers, ``runner.mode = "gradients"``; several learners, ``runner.learners``): a :class:`DataParallel`.
+        The kit's families (:mod:`rlplug.algorithms`) have it."""
+
+    @optional
+    def replay_storage(self) -> ReplayStorage:
+        """Its replay as storages elsewhere hold it (Ray's ``runner.storages``): a :class:`ReplayStorage`. The
+        kit's off-policy family has it."""
+
+    @optional
+    def rounded_cadence(self, unit: int) -> str | None:
+        """Where the frames of its update may change: ``frames_per_batch`` rounded up to a multiple of ``unit``
+        (every Ray worker's envs stepping alike), whatever follows the frames (gradient steps) scaled with them;
+        the change in words for the user, or None where the cadence is the recipe's to keep (an on-policy
+        batch)."""
 
     # -- pytorchrl's acting half: every built-in algorithm's is rlplug.plugins.algorithms.acting's ---------------
 
@@ -205,6 +223,71 @@ class BatchedUpdate(Protocol):
     def restart(self, seeds: list[int]) -> None:
         """Each seed's own random stream (its minibatch order) starts again from these seeds, where the runs
         restart their envs (a checkpoint): a resumed run goes on as the uninterrupted one."""
+
+
+class DataParallel(Protocol):
+    """An algorithm's update computed by copies of it, each on its share of the data, every gradient step taken
+    with the mean of their gradients (:meth:`Algorithm.data_parallel`). A runner moves the data and averages; this
+    says what a copy's share is and how the update's steps go. Three roles call it: a gradient worker (a copy
+    with its own rollouts: :meth:`take`, then :meth:`gradients` per step), the driver of gradient workers
+    (:meth:`learn`, each step's gradients from the workers) and a learner (all three, the mean taken over the
+    learners)."""
+
+    @property
+    def whole_batch(self) -> bool:
+        """True where every learner takes the whole collected batch (each stores it and samples its share of
+        each step); False where the batch is split among the learners by env rows."""
+
+    def problem(self, what: str, instead: str) -> str | None:
+        """Why the algorithm as configured cannot train so (``what``: the runner's setting; ``instead``: the one
+        that trains it), in one sentence; None where it can."""
+
+    def take(self, batch: TensorDictBase, frames: int) -> dict[str, float]:
+        """A copy's data: ``batch`` (its rollout ``[envs, time]``, or a learner's shard) taken in with its current
+        weights (stored, or its estimates computed); ``frames``: the run's frames once this batch is counted.
+        What the driver tracks of the copy (``buffer_size``, ``explained_variance``...), plain numbers."""
+
+    def gradients(self, step: int) -> tuple[TensorDictBase, dict[str, torch.Tensor]]:
+        """A copy's gradients for step ``step`` of the update (counting from 0 in each epoch) on its share of
+        what it took, with its current weights (:meth:`Algorithm.compute_gradients`), and what the loss
+        reported; nothing is stepped."""
+
+    def learn(self, frames: int, step: Callable[[int], tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]
+                                                 | None], taken: Mapping[str, Sequence[float]]) -> dict[str, float]:
+        """The update of ``frames`` collected frames, each gradient step made by ``step(index)``: the mean of the
+        copies' :meth:`gradients` applied, returning what they reported and the gradient norms (None: a copy was
+        lost, and the update ends there). ``taken``: what each copy's :meth:`take` answered, by key, one value per
+        copy. Its metrics, as :meth:`Algorithm.update`'s."""
+
+    def follow(self, frames: int) -> None:
+        """The driver's copy after learners made the update of ``frames`` frames: the frames counted and the
+        schedules followed as its own update would (its weights then come from a learner)."""
+
+    def become_learner(self, replay: ReplayBuffer | None) -> None:
+        """This copy made a learner: it never acts (exploration stays the driver's), and learns from ``replay``
+        where one is given (replay storages the learners share, which the workers fill)."""
+
+
+class ReplayStorage(Protocol):
+    """An algorithm's replay as storages elsewhere hold it (:meth:`Algorithm.replay_storage`): Ray's replay
+    storages, each a buffer of the recipe's ``algorithm.replay_buffer``, filled by the workers."""
+
+    #: the recipe's ``algorithm.replay_buffer``: each storage builds one of it
+    buffer: Any
+    #: the capacity of the algorithm's own buffer, shared among the storages
+    capacity: int
+
+    def problem(self) -> str | None:
+        """Why this replay cannot live in storages (its kind, its storage, a preprocessor learning from what the
+        algorithm stores), in one sentence; None where it can."""
+
+    def writer(self) -> Callable[[TensorDictBase], TensorDictBase]:
+        """What a worker turns its rollout ``[envs, time]`` into before it writes it: the transitions as the
+        algorithm's own replay stores them. Picklable (it travels to the workers)."""
+
+    def install(self, replay: ReplayBuffer) -> None:
+        """Learn from ``replay`` (the storages as one buffer) instead of its own, which the workers fill: the
+        batches the algorithm then gets hold only what exploration needs (rewards and dones)."""
 
 
 class Estimator(Protocol):

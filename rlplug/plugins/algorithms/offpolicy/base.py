@@ -1,10 +1,10 @@
 """What every off-policy algorithm shares, written once: replay, the update loop, the loss's optimisers, precision.
 
-An algorithm here is a config dataclass (:mod:`rlplug.plugins.algorithms.offpolicy.config`: its fields are its
-recipe table) and a subclass of :class:`OffPolicy` that builds its networks; what one gradient step minimises
-is its loss (``config.loss``: a TorchRL ``LossModule``, rlplug's own by default, TorchRL's ``DDPGLoss``,
-``TD3Loss``, ``SACLoss`` or ``DQNLoss`` on request), which also owns the target networks. One update, top to
-bottom:
+An algorithm here is a config dataclass (in its folder, ``rlplug/plugins/algorithms/<name>/``, on the family's
+configs in :mod:`rlplug.plugins.algorithms.offpolicy.config`: its fields are its recipe table) and a subclass
+of :class:`OffPolicy` that builds its networks; what one gradient step minimises is its loss (``config.loss``: a
+TorchRL ``LossModule``, rlplug's own by default, TorchRL's ``DDPGLoss``, ``TD3Loss``, ``SACLoss`` or ``DQNLoss`` on
+request), which also owns the target networks. One update, top to bottom:
 
 1. :meth:`~OffPolicy.store`: the collected ``[envs, time]`` batch is shaped (``reward_scale``,
    ``reward_offset``, ``reward_clip``) and added to the replay buffer; the observation preprocessor's
@@ -28,6 +28,7 @@ episode's consecutive steps (:meth:`~OffPolicy.sequence_samples`).
 
 from __future__ import annotations
 
+import functools
 import operator
 import warnings
 from collections.abc import Iterator
@@ -288,6 +289,25 @@ class OffPolicy(OffPolicyActing, GradientsInterface, ChangesDuringRun):
         from rlplug.plugins.algorithms.offpolicy.batched import OffPolicyTogether
 
         return OffPolicyTogether(algorithms, seeds)
+
+    def data_parallel(self, copies: int):
+        """Its update over ``copies`` copies (Ray's gradient workers, learners)."""
+        from rlplug.plugins.algorithms.offpolicy.data_parallel import ReplayDataParallel
+
+        return ReplayDataParallel(self, copies)
+
+    def replay_storage(self):
+        """Its replay as Ray's replay storages hold it."""
+        from rlplug.plugins.algorithms.offpolicy.data_parallel import OffPolicyReplayStorage
+
+        return OffPolicyReplayStorage(self, functools.partial(replay_transitions, config=self.config,
+                                                              key=self.observation_key))
+
+    def rounded_cadence(self, unit: int) -> str | None:
+        """The frames of an update rounded to ``unit``, the gradient steps per frame kept."""
+        from rlplug.plugins.algorithms.offpolicy.data_parallel import rounded_cadence
+
+        return rounded_cadence(self, unit)
 
     def compile_update(self) -> None:
         """``run.compile``: the loss, every term of it in one compiled call."""

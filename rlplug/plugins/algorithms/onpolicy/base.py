@@ -1,10 +1,11 @@
 """What every collect-then-learn policy-gradient algorithm shares, written once.
 
-An algorithm here is a config dataclass (:mod:`rlplug.plugins.algorithms.onpolicy.config`: its fields are its
-recipe table) and a subclass of :class:`OnPolicy`; what differs between PPO, A2C, VPG and the surrogate is their
-loss (``config.loss``: a TorchRL ``LossModule``, TorchRL's ``ClipPPOLoss`` and kin on request, rlplug's own by
-default: a subclass of :class:`OnPolicyLoss`, below, in the algorithm's module, ``ppo.py`` or ``pg.py``, which
-gives its policy objective). One update, top to bottom:
+An algorithm here is a config dataclass (in its folder, ``rlplug/plugins/algorithms/<name>/``, on
+:class:`~rlplug.plugins.algorithms.onpolicy.config.OnPolicyConfig`: its fields are its recipe table) and a subclass
+of :class:`OnPolicy`; what differs between PPO, A2C, VPG and the surrogate is their loss (``config.loss``: a TorchRL
+``LossModule``, TorchRL's ``ClipPPOLoss`` and kin on request, rlplug's own by default: a subclass of
+:class:`OnPolicyLoss`, below, in the algorithm's folder or the family's :mod:`~.losses`, which gives its policy
+objective). One update, top to bottom:
 
 1. the critic values every step and its successor; the estimators write ``advantage`` and ``value_target``;
 2. ``epochs`` passes over shuffled minibatches (TensorDicts in TorchRL's keys): the loss gives its ``loss_*``
@@ -224,6 +225,12 @@ class OnPolicy(OnPolicyActing, Sequences, GradientsInterface, ChangesDuringRun):
     def compile_update(self) -> None:
         """``run.compile``: the loss, where each minibatch's time goes (the optimiser steps one flat tensor)."""
         compile_in_place(self.loss_module, self.device)
+
+    def data_parallel(self, copies: int):
+        """Its update over ``copies`` copies (Ray's gradient workers, learners)."""
+        from rlplug.plugins.algorithms.onpolicy.data_parallel import EpochsDataParallel
+
+        return EpochsDataParallel(self, copies)
 
     # -- what algorithms define -----------------------------------------------------------------------
 

@@ -7,7 +7,10 @@ weights to them. What runs inside each actor is :mod:`.worker`'s ``WorkerCollect
 around rlplug's own collector, so workers step their envs on the same fast road as a local run (TorchRL's
 TensorDict-per-step collector costs more per step; BENCHMARKS.md). In gradient mode
 (``mode = "gradients"``) the same actors also hold a copy of the algorithm and compute the update's gradients
-on their own rollouts (:mod:`.gradients`; the protocol is :class:`~rlplug.plugins.algorithms.onpolicy.base.OnPolicy`'s).
+on their own rollouts (:mod:`.gradients`). The runner knows an algorithm only by its protocol
+(:class:`~rlplug.registry.protocols.Algorithm`): its ``data_parallel`` for gradient mode and learners, its
+``replay_storage`` for replay storages, its ``rounded_cadence`` for an update's frames that do not split over the
+workers.
 
 Choices that differ from TorchRL's defaults, and why:
 

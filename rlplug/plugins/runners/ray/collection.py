@@ -8,7 +8,6 @@ import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -19,7 +18,6 @@ from rlplug.core.episodes import EpisodeTracker
 from rlplug.core.recurrent import is_recurrent
 from rlplug.core.transformed import env_rewards
 from rlplug.errors import RlplugWarning, UserError, WorkersLost
-from rlplug.plugins.algorithms.offpolicy.base import OffPolicy
 from rlplug.plugins.runners.ray.cluster import (
     check_resources,
     connect_ray,
@@ -87,14 +85,20 @@ class RayCollection:
             problem = storages_problem(algorithm)
             if problem:
                 raise UserError(problem, path="runner.storages")
-            self.replay = sharded_replay(algorithm, runner.storages, seed=seed, max_restarts=runner.max_restarts)
-            algorithm.install_replay(self.replay, stored_elsewhere=True)
+            self.replay = sharded_replay(algorithm, runner.storages, seed=seed, device=self.device,
+                                         total_frames=recipe.run.total_frames, max_restarts=runner.max_restarts)
+            algorithm.replay_storage().install(self.replay)
+            #: what each storage's buffer is built with
+            self.storage_context = {"total_frames": recipe.run.total_frames,
+                                    "observation_spec": env.observation_spec, "action_spec": env.action_spec}
         workers = runner.workers
         self.recipe_envs = envs = max(1, env.batch_size.numel())
         splittable = "num_envs" in recipe.env.params and envs % workers == 0 and not self.asynchronous
         self.envs_per_worker = envs // workers if splittable else envs
         shares = 1 if self.asynchronous else workers
-        if frames_per_batch % (shares * self.envs_per_worker) and isinstance(algorithm, OffPolicy):
+        #: the unit the update's frames were rounded to (``Algorithm.rounded_cadence``), or None
+        self.cadence_unit: int | None = None
+        if frames_per_batch % (shares * self.envs_per_worker):
             frames_per_batch = self.rounded_cadence(algorithm, frames_per_batch, shares * self.envs_per_worker)
         self.worker_frames = frames_per_batch if self.asynchronous else frames_per_batch // workers
         if frames_per_batch % (shares * self.envs_per_worker):
@@ -109,13 +113,13 @@ class RayCollection:
             problem = learners_problem(algorithm, runner.learners, rows)
             if problem:
                 raise UserError(problem, path="runner.learners")
-            self.learner_group = LearnerGroup(runner, recipe, env, algorithm, replay=self.replay)
+            self.learner_group = LearnerGroup(runner, recipe, env, algorithm, replay=self.replay,
+                                              cadence_unit=self.cadence_unit)
         self.version = 0
         self.restarts = 0
         self.failures = 0
-        self.explained_variance = float("nan")
-        #: in gradient mode, each worker's replay buffer size (off-policy)
-        self.buffer_sizes = np.zeros(workers, dtype=np.int64)
+        #: in gradient mode, what each worker's copy said of the rollout it took (DataParallel.take), by key
+        self.taken: dict[str, list[float]] = {}
         self.pids: dict[int, int] = {}
         self.nodes: dict[int, int] = {}
         self.lags: list[float] = []
@@ -130,21 +134,20 @@ class RayCollection:
         self.env_has_statistics = False
         self.start()
 
-    def rounded_cadence(self, algorithm: OffPolicy, frames_per_batch: int, unit: int) -> int:
-        """An off-policy update's frames that do not split over the workers (pendulum-sac's one env step on 2
-        workers): rounded up to every worker's envs stepping alike, the gradient steps scaled with them so that
-        the gradient steps per frame stay the recipe's, and the user told in one line; the frames it takes."""
-        config = algorithm.config
-        frames, steps = cadence(frames_per_batch, unit, config.gradient_steps)
-        algorithm.config = replace(config, steps_per_update=frames // self.recipe_envs, gradient_steps=steps)
-        algorithm.frames_per_batch = frames
+    def rounded_cadence(self, algorithm, frames_per_batch: int, unit: int) -> int:
+        """An update's frames that do not split over the workers (pendulum-sac's one env step on 2 workers):
+        rounded up to every worker's envs stepping alike where the algorithm allows it
+        (``Algorithm.rounded_cadence``: the off-policy family, its gradient steps per frame kept), the user told
+        in one line; the frames it takes (unchanged where it does not allow it)."""
+        rounded = capability(algorithm, protocols.Algorithm.rounded_cadence)
+        change = rounded(unit) if rounded is not None else None
+        if change is None:
+            return frames_per_batch
+        self.cadence_unit = unit
         workers = self.runner.workers
-        warnings.warn(RlplugWarning(
-            f"runner.workers = {workers}: the {frames_per_batch} frame(s) of an update (algorithm.steps_per_update "
-            f"= {config.steps_per_update}) do not split over {workers} workers, so each update takes {frames} "
-            f"({frames // unit} env step(s) on each worker) and {steps} gradient step(s) (algorithm.gradient_steps "
-            f"= {config.gradient_steps}): the same gradient steps per frame"), stacklevel=2)
-        return frames
+        warnings.warn(RlplugWarning(f"runner.workers = {workers}: the {frames_per_batch} frame(s) of an update do not "
+                                    f"split over {workers} workers, so {change}"), stacklevel=2)
+        return algorithm.frames_per_batch
 
     # -- lifecycle ------------------------------------------------------------------------------------------
 
@@ -167,7 +170,7 @@ class RayCollection:
             storages: list = [None] * workers
             if self.replay is not None:
                 self.replay.attach(start_storages(self.algorithm, self.replay, runner.storages, seed=self.seed,
-                                                  options=runner.storage_options()))
+                                                  options=runner.storage_options(), context=self.storage_context))
                 storages = writers(self.replay, self.algorithm, workers)
             kwargs = [{"seed": self.worker_seed(i, self.seed), "threads": 1, "learner": learner,
                        "storage": storages[i]} for i in range(workers)]
@@ -427,11 +430,11 @@ class RayCollection:
         batch: TensorDictBase = torch.cat(parts, 0)  # dispatched to TensorDict's cat
         info = batch.pop(WORKER_KEY)
         self.note_workers(info)
-        if "explained_variance" in batch.keys():  # on-policy
-            self.explained_variance = float(batch.pop("explained_variance")[:, 0].double().mean())
-        if "buffer_size" in batch.keys():  # off-policy: each worker's, on every one of its rows
-            batch.pop("buffer_size")
-            self.buffer_sizes = np.array([int(part.get("buffer_size").reshape(-1)[0]) for part in parts])
+        # what each worker's copy said of its rollout, on every one of its rows
+        said = [key for key in batch.keys() if key not in ("next", WORKER_KEY)]
+        self.taken = {key: [float(part.get(key).reshape(-1)[0]) for part in parts] for key in said}
+        for key in said:
+            batch.pop(key)
         return self.received(batch, info)
 
     def update(self, algorithm, batch: TensorDictBase) -> dict[str, float]:
@@ -463,13 +466,6 @@ def group_signals_spared() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
-
-
-def cadence(frames_per_batch: int, unit: int, gradient_steps: int) -> tuple[int, int]:
-    """``frames_per_batch`` rounded up to a multiple of ``unit`` (the workers' envs, each stepping alike), and
-    ``gradient_steps`` scaled with it (the nearest whole number, at least one)."""
-    frames = -(-frames_per_batch // unit) * unit
-    return frames, max(1, round(gradient_steps * frames / frames_per_batch))
 
 
 def batch_key(algorithm) -> str:

@@ -2,12 +2,13 @@
 
 Each learner is a Ray actor holding a copy of the algorithm built from the recipe, started from the training
 process's state; the N copies join one ``torch.distributed`` process group (gloo on the CPU, NCCL on CUDA) at an
-address learner 0 hands out. Each update the training process splits an on-policy batch into N shards by env
-rows; off-policy learners each get the whole batch, store it in their own replay (so learner 0's, which a
-checkpoint keeps, is the run's whole replay) and sample their share of each step's sample from it. Every
-learner runs its algorithm's own update, each gradient step being :func:`allreduced_step`:
-``compute_gradients`` on its share, ``torch.distributed.all_reduce`` of the gradients (their mean),
-``apply_gradients``. The copies stay identical; learner 0 hands back its weights for the workers and
+address learner 0 hands out. What a learner does with its data is its algorithm's
+:class:`~rlplug.registry.protocols.DataParallel`: where it takes the whole batch (the kit's off-policy family),
+each learner stores it in its own replay (so learner 0's, which a checkpoint keeps, is the run's whole replay)
+and samples its share of each step's sample from it; otherwise (the on-policy family) the training process
+splits the batch into N shards by env rows. Every learner runs the update's ``learn``, each gradient step being
+:meth:`Learner.allreduced_step`: the copy's gradients on its share, ``torch.distributed.all_reduce`` of them
+(their mean), ``apply_gradients``. The copies stay identical; learner 0 hands back its weights for the workers and
 evaluation, and its whole state before a checkpoint.
 
 A learner that dies (its process, or its node) cannot be replaced: its copy of the optimiser and replay are
@@ -27,11 +28,9 @@ import torch
 from tensordict import TensorDictBase
 
 from rlplug.core.process import prepare_process, seed_everything
-from rlplug.core.training import MetricMean
 from rlplug.errors import LearnerLost, UserError
-from rlplug.plugins.algorithms.offpolicy.base import OffPolicy
 from rlplug.plugins.runners.ray.cluster import one_line_of, ray_module
-from rlplug.plugins.runners.ray.gradients import gradient_mode_problem, worker_share
+from rlplug.plugins.runners.ray.gradients import gradient_mode_problem
 
 #: How long the learners have to start and join their process group (Ray finding room for them included).
 START_TIMEOUT = 300.0
@@ -46,7 +45,7 @@ def learners_problem(algorithm, learners: int, rows: int) -> str | None:
     can."""
     what = f"runner.learners = {learners}"
     problem = gradient_mode_problem(algorithm, what, "runner.learners = 1")
-    if problem or isinstance(algorithm, OffPolicy) or rows % learners == 0:
+    if problem or algorithm.data_parallel(learners).whole_batch or rows % learners == 0:
         return problem
     return (f"{what}: a batch of {rows} env rows cannot be split evenly into {learners} shards; use a number of "
             f"learners that divides it, or more envs")
@@ -74,9 +73,8 @@ class LearnerSpec:
     observation_spec: Any
     action_spec: Any
     learners: int
-    #: the training process's off-policy settings, where they differ from the recipe's (a cadence rounded to the
-    #: workers: :meth:`RayCollection.rounded_cadence`)
-    config: Any = None
+    #: the unit the training process rounded its update's frames to (``Algorithm.rounded_cadence``), or None
+    cadence_unit: int | None = None
 
     @property
     def backend(self) -> str:
@@ -97,13 +95,12 @@ class Learner:
         algorithm = spec.recipe.algorithm.build(observation_spec=spec.observation_spec, action_spec=spec.action_spec,
                                                 device=run.device, seed=run.seed + rank, total_frames=run.total_frames)
         algorithm.load_state_dict(state)
-        if isinstance(algorithm, OffPolicy):
-            if spec.config is not None:
-                algorithm.config = spec.config
-            algorithm.noise = None  # a learner never acts: exploration is the training process's
-            if replay is not None:  # the workers write into it; the learners only sample
-                replay.reseed(run.seed + rank)  # each learner's shares drawn apart, as one buffer's draws are
-                algorithm.install_replay(replay, stored_elsewhere=True)
+        if spec.cadence_unit is not None:  # as the training process's, which the recipe's cadence is not
+            algorithm.rounded_cadence(spec.cadence_unit)
+        if replay is not None:  # the workers write into it; the learners only sample
+            replay.reseed(run.seed + rank)  # each learner's shares drawn apart, as one buffer's draws are
+        self.parallel = algorithm.data_parallel(spec.learners)
+        self.parallel.become_learner(replay)
         self.algorithm, self.spec, self.rank = algorithm, spec, rank
         self.allreduce_seconds, self.steps = 0.0, 0
 
@@ -122,11 +119,14 @@ class Learner:
         dist.init_process_group(self.spec.backend, init_method=address, rank=self.rank,
                                 world_size=self.spec.learners, timeout=timedelta(seconds=START_TIMEOUT))
 
-    def allreduced_step(self, batch: TensorDictBase) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-        """One gradient step of the group: this learner's gradients on ``batch`` (its share), averaged over the
-        learners, applied. What the loss reports (its total left out, as a local update reports) and the
-        gradient norms."""
-        gradients, reported = self.algorithm.compute_gradients(batch, grads_to_cpu=False)
+    def allreduced_step(self, index: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """Gradient step ``index`` of the group: this learner's gradients on its share (:meth:`allreduced`)."""
+        return self.allreduced(*self.parallel.gradients(index))
+
+    def allreduced(self, gradients: TensorDictBase,
+                   reported: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """This learner's ``gradients`` averaged over the learners and applied. What the loss reported (its total
+        left out, as a local update reports) and the gradient norms."""
         started = time.perf_counter()
         mean_over_learners(gradients)
         self.allreduce_seconds += time.perf_counter() - started
@@ -135,44 +135,16 @@ class Learner:
         return reported, self.algorithm.apply_gradients(gradients)
 
     def update(self, shard: TensorDictBase, frames: int) -> dict[str, Any]:
-        """The algorithm's update on ``shard`` (its shard of an on-policy batch, or the whole off-policy batch;
-        ``frames`` collected in all), every gradient step the group's; its metrics, ``allreduce_ms`` per step,
-        and (learner 0) the new weights."""
+        """The algorithm's update on ``shard`` (its shard of the batch, or the whole batch; ``frames``
+        collected in it), every gradient step the group's; its metrics, ``allreduce_ms`` per step, and
+        (learner 0) the new weights."""
         self.allreduce_seconds, self.steps = 0.0, 0
-        shard = shard.to(self.algorithm.device)
-        metrics = self.offpolicy(shard, frames) if isinstance(self.algorithm, OffPolicy) \
-            else self.onpolicy(shard, frames)
+        algorithm = self.algorithm
+        taken = self.parallel.take(shard.to(algorithm.device), algorithm.frames + frames)
+        metrics = self.parallel.learn(frames, self.allreduced_step, {key: [value] for key, value in taken.items()})
         if self.steps:
             metrics["allreduce_ms"] = 1000 * self.allreduce_seconds / self.steps
-        return {"metrics": metrics, "weights": self.algorithm.get_weights().to("cpu") if self.rank == 0 else None}
-
-    def onpolicy(self, shard: TensorDictBase, frames: int) -> dict[str, float]:
-        """The on-policy update (:meth:`OnPolicy.learn`'s epochs), each minibatch this learner's share of one."""
-        algorithm = self.algorithm
-        lr = algorithm.start_update(frames)
-        prepared = algorithm.prepare(shard, worker_share(algorithm.minibatch_size, self.spec.learners))
-
-        def step(index: int, diagnostics: bool):
-            reported, norms = self.allreduced_step(prepared.minibatch(index))
-            return (reported if diagnostics else {}), norms.get("grad_norm")
-
-        return algorithm.learn(prepared.steps, step, lr, prepared.explained_variance)
-
-    def offpolicy(self, batch: TensorDictBase, frames: int) -> dict[str, float]:
-        """The off-policy update: the whole batch stored, the schedules at ``frames``, then ``gradient_steps``
-        steps on samples of this learner's share of ``batch_size``."""
-        algorithm = self.algorithm
-        algorithm.store(batch)
-        result = algorithm.follow_frames(frames)
-        result["buffer_size"] = float(len(algorithm.replay))
-        share = worker_share(algorithm.config.batch_size, self.spec.learners)
-        metrics = MetricMean()
-        if algorithm.frames >= algorithm.config.learning_starts and len(algorithm.replay) >= share:
-            for sample in algorithm.draw(share):
-                reported, norms = self.allreduced_step(sample)
-                metrics.add(**reported, **norms)
-                algorithm.new_priorities(sample, sample.get("td_error", None))
-        return {**result, **metrics.means(), **algorithm.extra_metrics()}
+        return {"metrics": metrics, "weights": algorithm.get_weights().to("cpu") if self.rank == 0 else None}
 
     def state(self) -> dict:
         """The algorithm's whole state (weights, optimiser, counters, replay), for a checkpoint."""
@@ -183,11 +155,10 @@ class LearnerGroup:
     """The training process's side: the learners started (from the algorithm's state) at the first update,
     batches split among them, weights and state brought back, and a lost learner turned into one line."""
 
-    def __init__(self, runner, recipe, env, algorithm, replay=None):
+    def __init__(self, runner, recipe, env, algorithm, replay=None, cadence_unit: int | None = None):
         self.runner, self.replay = runner, replay
-        self.offpolicy = isinstance(algorithm, OffPolicy)
-        self.spec = LearnerSpec(recipe, env.observation_spec, env.action_spec, runner.learners,
-                                algorithm.config if self.offpolicy else None)
+        self.parallel = algorithm.data_parallel(runner.learners)
+        self.spec = LearnerSpec(recipe, env.observation_spec, env.action_spec, runner.learners, cadence_unit)
         self.actors: list[Any] = []
 
     def start(self, algorithm) -> None:
@@ -208,16 +179,13 @@ class LearnerGroup:
             self.start(algorithm)
         ray = ray_module()
         frames = batch.numel()
-        if self.offpolicy:  # the whole batch, one object in Ray's store for all: each learner's replay is whole
+        if self.parallel.whole_batch:  # one object in Ray's store for all: each learner's replay is whole
             shards = [ray.put(batch.cpu())] * self.spec.learners
         else:  # by env rows, which keeps each env's steps together for the estimators
             shards = [ray.put(shard.cpu()) for shard in batch.chunk(self.spec.learners, dim=0)]
         answers = self.answers([actor.update.remote(shard, frames) for actor, shard in zip(self.actors, shards)],
                                UPDATE_TIMEOUT, "during an update")
-        if self.offpolicy:
-            algorithm.follow_frames(frames)
-        else:
-            algorithm.start_update(frames)
+        self.parallel.follow(frames)
         algorithm.set_weights(answers[0]["weights"])
         metrics = dict(answers[0]["metrics"])
         times = [answer["metrics"]["allreduce_ms"] for answer in answers if "allreduce_ms" in answer["metrics"]]

@@ -38,8 +38,9 @@ import torch
 from tensordict import TensorDictBase
 
 from rlplug.errors import UserError, WorkersLost
-from rlplug.plugins.algorithms.offpolicy.base import replay_transitions
 from rlplug.plugins.runners.ray.cluster import lost_errors, node_number, ray_module
+from rlplug.registry import protocols
+from rlplug.registry.protocols import capability
 
 #: The longest wait for a storage's answer; a storage that does not answer by then is skipped for that call.
 STORAGE_TIMEOUT = 60.0
@@ -103,17 +104,16 @@ class Storage:
 @dataclass(frozen=True)
 class StorageWriter:
     """What a worker writes its rollouts with (pickled into the worker's actor): the storage's handle and how the
-    algorithm turns a rollout into transitions."""
+    algorithm turns a rollout into transitions (:meth:`~rlplug.registry.protocols.ReplayStorage.writer`)."""
 
     storage: Any
-    config: Any
-    observation_key: str
+    transitions: Any
 
     def write(self, batch: TensorDictBase) -> bool:
         """``batch`` stored; False where the storage is lost or restarting (those transitions are dropped, and
         the rollouts that follow fill it again)."""
         ray = ray_module()
-        transitions = replay_transitions(batch, self.config, self.observation_key).consolidate()
+        transitions = self.transitions(batch).consolidate()
         try:
             ray.get(self.storage.extend.remote(transitions), timeout=STORAGE_TIMEOUT)
             return True
@@ -311,47 +311,36 @@ class ShardedReplay:
 
 def storages_problem(algorithm) -> str | None:
     """Why ``algorithm`` cannot learn from replay storages, or None."""
-    from rlplug.plugins.algorithms.offpolicy.base import OffPolicy
-    from rlplug.plugins.replay_buffers.buffers import ReplayBuffer
-
-    if not isinstance(algorithm, OffPolicy):
-        return (f"replay storages hold an off-policy algorithm's replay, and {type(algorithm).__name__} learns "
-                f"on-policy; leave runner.storages out (0)")
-    if algorithm.preprocessor is not None:
-        return ("the observation_preprocessor learns its statistics from the observations the learner stores, and "
-                "with storages the workers store them; use the env's normalize_observations, or runner.storages = 0")
-    if not isinstance(algorithm.replay, ReplayBuffer):
-        return (f"replay storages hold rlplug's 'uniform' or 'prioritized' buffers, not "
-                f"{type(algorithm.replay).__name__}; use one of those, or runner.storages = 0")
-    if algorithm.replay.storage_kind != "memory":
-        return ("replay storages keep their transitions in their Ray actors' memory; set "
-                "algorithm.replay_buffer.storage = 'memory', or runner.storages = 0")
-    return None
+    replay_storage = capability(algorithm, protocols.Algorithm.replay_storage)
+    if replay_storage is None:
+        return (f"replay storages hold an algorithm's replay, and {type(algorithm).__name__} learns without one (it "
+                f"has no Algorithm.replay_storage, as on-policy algorithms have none); leave runner.storages out (0)")
+    return replay_storage().problem()
 
 
-def sharded_replay(algorithm, count: int, *, seed: int, max_restarts: int) -> ShardedReplay:
+def sharded_replay(algorithm, count: int, *, seed: int, device, total_frames: int,
+                   max_restarts: int) -> ShardedReplay:
     """The algorithm's replay as ``count`` storages (no storage started yet: :meth:`ShardedReplay.attach`)."""
-    component = algorithm.config.replay_buffer
-    prioritized = hasattr(algorithm.replay, "update_priority")
-    schedule = component.with_params(capacity=1).build(device="cpu", total_frames=algorithm.total_frames) \
-        if prioritized else None
-    return ShardedReplay([], math.ceil(algorithm.replay.capacity / count), seed=seed, schedule=schedule,
-                         device=algorithm.device, max_restarts=max_restarts)
+    storage = algorithm.replay_storage()
+    one = storage.buffer.with_params(capacity=1).build(device="cpu", total_frames=total_frames)
+    schedule = one if capability(one, protocols.ReplayBuffer.update_priority) else None
+    return ShardedReplay([], math.ceil(storage.capacity / count), seed=seed, schedule=schedule, device=device,
+                         max_restarts=max_restarts)
 
 
-def start_storages(algorithm, replay: ShardedReplay, count: int, *, seed: int, options: dict[str, Any]) -> list:
-    """``count`` storage actors of the algorithm's replay buffer kind, ``replay.shard_capacity`` items each."""
-    context = {"total_frames": algorithm.total_frames, "observation_spec": algorithm.observation_spec,
-               "action_spec": algorithm.action_spec}
+def start_storages(algorithm, replay: ShardedReplay, count: int, *, seed: int, options: dict[str, Any],
+                   context: dict[str, Any]) -> list:
+    """``count`` storage actors of the algorithm's replay buffer kind, ``replay.shard_capacity`` items each;
+    ``context``: what a buffer is built with (``total_frames``, the env's specs)."""
     actor = ray_module().remote(Storage).options(**options)
-    return [actor.remote(algorithm.config.replay_buffer, replay.shard_capacity, seed + 7919 * (i + 1), context)
-            for i in range(count)]
+    buffer = algorithm.replay_storage().buffer
+    return [actor.remote(buffer, replay.shard_capacity, seed + 7919 * (i + 1), context) for i in range(count)]
 
 
 def writers(replay: ShardedReplay, algorithm, workers: int) -> list[StorageWriter]:
     """Worker ``i``'s writer, into storage ``i % M``."""
-    return [StorageWriter(replay.shards[i % len(replay.shards)], algorithm.config, algorithm.observation_key)
-            for i in range(workers)]
+    transitions = algorithm.replay_storage().writer()
+    return [StorageWriter(replay.shards[i % len(replay.shards)], transitions) for i in range(workers)]
 
 
 __all__ = ["LOST_AFTER", "STORAGE_TIMEOUT", "ShardedReplay", "Storage", "StorageWriter", "sharded_replay",

@@ -21,7 +21,7 @@ from rlplug.core.process import prepare_process, seed_everything
 from rlplug.plugins.runners.ray.cluster import node_number
 
 if TYPE_CHECKING:
-    from rlplug.plugins.runners.ray.gradients import OffPolicyGradients, OnPolicyGradients
+    from rlplug.plugins.runners.ray.gradients import GradientWorker
 
 #: The key under which a worker's rollout carries its bookkeeping (popped before the learner sees the batch).
 WORKER_KEY = "rlplug_worker"
@@ -147,7 +147,7 @@ def _worker_collector():
             seed_everything(seed)
             make_env = create_env_fn[0] if isinstance(create_env_fn, (list, tuple)) else create_env_fn
             self.env = make_env() if callable(make_env) else make_env
-            self.learner: OnPolicyGradients | OffPolicyGradients | None = (
+            self.learner: GradientWorker | None = (
                 learner.build(self.env, seed) if learner is not None else None)
             self.policy = self.learner.algorithm.policy if self.learner is not None else policy
             self.weights = TensorDict.from_module(self.policy).data
@@ -252,7 +252,7 @@ def _worker_collector():
             learner.algorithm.set_weights(weights)
             return learner.step(step)
 
-        def gradient_learner(self) -> OnPolicyGradients | OffPolicyGradients:
+        def gradient_learner(self) -> GradientWorker:
             if self.learner is None:
                 raise RuntimeError("a gradient-mode call to a worker built without a learner (runner.mode = "
                                    "'experience')")
