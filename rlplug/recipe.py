@@ -92,7 +92,7 @@ class RunSettings:
     #: (BENCHMARKS.md)
     num_threads: Annotated[int, Range(ge=1), Check(threads_problem)] = 1
     #: torch.compile the update's loss, its backward with it (CUDA graphs on 'cuda'); the first updates wait
-    #: for the compiler, so it pays only on long runs (BENCHMARKS.md, "run.compile")
+    #: for the compiler, so it pays only on long runs (benchmarks/HISTORY.md, "run.compile")
     compile: bool = False
     #: write a checkpoint every this many frames (0: only at the end); every env starts a new episode
     #: there, so that a run resumed from it goes on exactly as the uninterrupted run did
