@@ -80,4 +80,5 @@ def build_parser() -> argparse.ArgumentParser:
 #: Modules with more commands: each has ``add_commands(subparsers)`` and keeps its heavy imports in handlers.
 COMMAND_MODULES: tuple[str, ...] = ("rlplug.cli.list", "rlplug.cli.run", "rlplug.cli.show", "rlplug.cli.init",
                                    "rlplug.cli.eval", "rlplug.cli.plot", "rlplug.cli.tune", "rlplug.cli.export",
-                                   "rlplug.cli.new_plugin", "rlplug.cli.set", "rlplug.cli.bench")
+                                   "rlplug.cli.new_plugin", "rlplug.cli.set", "rlplug.cli.bench",
+                                   "rlplug.cli.check_env")
