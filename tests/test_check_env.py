@@ -141,8 +141,9 @@ def check_env(*args: str, plugin=None, **env: str):
 
 
 def problems(result) -> list[str]:
-    """The problem lines of a check that found problems (exit 1), nothing on stderr but warnings."""
-    assert result.returncode == 1, (result.returncode, result.stdout, result.stderr)
+    """The problem lines of a check that found problems (exit 2, as issue 41 asks), nothing on stderr but
+    warnings."""
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
     assert "Traceback" not in result.stderr, result.stderr
     lines = result.stdout.splitlines()
     assert "no problems found" not in lines
@@ -284,7 +285,7 @@ def test_the_help_states_the_exit_codes():
     result = run_cli("check-env", "--help")
     assert result.returncode == 0
     text = " ".join(result.stdout.split())
-    assert "0 no problems found; 1 the env broke a promise" in text and "2 the recipe or the command line" in text
+    assert "0 no problems found; 2 the env broke a promise" in text and "or the recipe or the command line" in text
 
 
 # -- the Python API -------------------------------------------------------------------------------------------

@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-#: Exit status where the env broke a promise: the command worked, the env did not (2 stays a user's error).
-EXIT_PROBLEMS = 1
+#: Exit status where the env broke a promise: 2, as for a user error (the problems on stdout, an error on stderr).
+EXIT_PROBLEMS = 2
 #: The most steps of each copy: far beyond any episode a check needs to cross.
 MAX_STEPS = 10_000_000
 
@@ -35,8 +35,9 @@ def add_commands(subparsers) -> None:
                     "observations and rewards outside their spec's bounds, done not terminated | truncated, "
                     "episodes past the time limit the env claims, copies that do not reset, seeding that does "
                     "not repeat, an array road that parts from the TensorDict road.",
-        epilog="exit status: 0 no problems found; 1 the env broke a promise (each problem one line); 2 the "
-               "recipe or the command line is wrong (one line naming the file and key)")
+        epilog="exit status: 0 no problems found; 2 the env broke a promise (each problem one line, on stdout, "
+               "after the summary) or the recipe or the command line is wrong (one 'rlplug: error:' line on "
+               "stderr naming the file and key)")
     parser.add_argument("recipe", type=Path, help="the recipe TOML file")
     parser.add_argument("--steps", type=steps_value, default=1000, metavar="N",
                         help="random steps of each copy (default: 1000)")
