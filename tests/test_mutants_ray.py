@@ -46,7 +46,10 @@ def test_writes_spread_over_the_storages(ray_instance):
     """Two storages, four workers writing 1, 2, 3 and 4 transitions: storage 0 holds workers 0 and 2's (4),
     storage 1 workers 1 and 3's (6); then the driver's own writes of 5 and 7 go to storage 0, then 1."""
     built = component("uniform")
-    replay = ShardedReplay([ray.remote(Storage).remote(built, 50, i, {}) for i in range(2)], 50, seed=0)
+    shards = [ray.remote(Storage).remote(built, 50, i, {}) for i in range(2)]
+    # started first: a write waits STORAGE_TIMEOUT at most, and a new actor's process may take longer on a busy host
+    ray.get([shard.mass.remote() for shard in shards], timeout=300)
+    replay = ShardedReplay(shards, 50, seed=0)
     config = SimpleNamespace(reward_scale=1.0, reward_offset=0.0, reward_clip=None)
     transitions = functools.partial(replay_transitions, config=config, key="observation")
     algorithm = SimpleNamespace(replay_storage=lambda: SimpleNamespace(writer=lambda: transitions))
