@@ -33,8 +33,6 @@ class EpochsDataParallel:
         self.algorithm, self.copies = algorithm, copies
         self.share = share_of(algorithm.minibatch_size, copies)
         self.prepared: Prepared | None = None
-        #: the frames of the last batch taken, for the steps of an epoch where this copy holds no data (a driver)
-        self.frames_taken = 0
 
     def problem(self, what: str, instead: str) -> str | None:
         if protocols.capability(self.algorithm.loss_module, protocols.Loss.adapts_per_minibatch):

@@ -79,6 +79,8 @@ class RayCollection:
             problem = gradient_mode_problem(algorithm)
             if problem:
                 raise UserError(problem, path="runner.mode")
+        #: in gradient mode, the algorithm's update over the workers (Algorithm.data_parallel)
+        self.parallel = algorithm.data_parallel(runner.workers) if self.gradients else None
         #: the replay storages (``runner.storages``), installed as the algorithm's replay
         self.replay: ShardedReplay | None = None
         if runner.storages:

@@ -113,18 +113,14 @@ def gradient_update(collection, algorithm, batch: TensorDictBase) -> dict[str, f
     """The algorithm's update in gradient mode: its :class:`~rlplug.registry.protocols.DataParallel` ``learn``,
     each step's gradients the mean of the workers'. A worker that dies ends the update there (its data are
     gone); the next update starts afresh."""
-    taken = 0
 
     def step(index: int):
-        nonlocal taken
         answer = gradients_of(collection, index, algorithm.get_weights())
         if answer is None:
             return None
-        taken += 1
         gradients, losses = answer
         if not math.isfinite(losses.get("loss", 0.0)):
             raise NonFiniteError("the loss")
         return {key: torch.tensor(value) for key, value in losses.items()}, algorithm.apply_gradients(gradients)
 
-    parallel = algorithm.data_parallel(collection.runner.workers)
-    return parallel.learn(batch.numel(), step, collection.taken)
+    return collection.parallel.learn(batch.numel(), step, collection.taken)
