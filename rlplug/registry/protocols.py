@@ -540,6 +540,13 @@ class Loss(Protocol):
     def no_targets(self) -> bool:
         """True for an off-policy loss that keeps no target networks (CrossQ's); one with neither is refused."""
 
+    @property
+    @optional
+    def n_step_targets(self) -> bool:
+        """True for an off-policy loss whose bootstrap discounts by ``gamma ** steps_to_next_obs``, the sample's
+        entry with n-step returns (``algorithm.n_steps > 1``; rlplug's ``Sample.target`` does it); without it,
+        ``n_steps > 1`` is refused."""
+
 
 class Transform(Protocol):
     """An env transform: a TorchRL ``Transform``."""

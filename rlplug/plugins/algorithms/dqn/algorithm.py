@@ -123,6 +123,9 @@ class DQNObjective(LossModule):
     Huber loss of ``Q(s, a)`` against ``r + gamma (1 - terminated) Q'(s', argmax)``, the argmax the target
     network's (or, double DQN, the online network's)."""
 
+    #: its target discounts by gamma ** steps_to_next_obs (:meth:`Sample.target`): n-step returns serve it
+    n_step_targets = True
+
     def __init__(self, q_network, *, gamma: float, double: bool, one_hot: bool, observation_key: str = "observation"):
         super().__init__()
         self.gamma, self.double, self.one_hot = gamma, double, one_hot

@@ -47,6 +47,7 @@ from rlplug.plugins.algorithms.networks import build_network
 from rlplug.plugins.algorithms.offpolicy.config import DQNConfig, OffPolicyConfigs, PolyakTargets, SequencesConfig
 from rlplug.plugins.algorithms.offpolicy.contract import check_loss_contract, check_state_kept, plugin_mistake
 from rlplug.plugins.algorithms.offpolicy.gradients import GradientsInterface
+from rlplug.plugins.algorithms.offpolicy.n_step import NStepReturns
 from rlplug.plugins.algorithms.offpolicy.parts import (
     EpisodeLabels,
     FlatTargets,
@@ -114,6 +115,8 @@ class OffPolicy(OffPolicyActing, GradientsInterface, ChangesDuringRun):
             action_spec=action_spec, device=device,
         ), config.loss.title)
         check_loss_contract(self.loss_module, config.loss.title, type(self).__name__.lower(), self.learner_names)
+        #: what the replay stores of each batch with n-step returns (None: one-step transitions)
+        self.n_step_writer = self.n_step_problems() if config.n_steps > 1 else None
         self.update_targets = protocols.capability(self.loss_module, protocols.Loss.update_targets)
         if self.update_targets is not None and not isinstance(config, (PolyakTargets, DQNConfig)):
             raise plugin_mistake(config.loss.title, f"it keeps target networks, and {type(self).__name__.lower()} "
@@ -142,6 +145,25 @@ class OffPolicy(OffPolicyActing, GradientsInterface, ChangesDuringRun):
         self.steps = 0  # gradient steps taken
         #: the learners holding gradients that :meth:`apply_gradients` has not stepped yet
         self.pending: list[str] = []
+
+    def n_step_problems(self) -> NStepWriter:
+        """The n-step writer, once ``n_steps`` is known to fit the rest of the recipe (one-line errors)."""
+        config, loss = self.config, self.loss_module
+        if self.sequences:
+            raise UserError("n-step returns sum rewards over single transitions; recurrent networks (lstm, gru) "
+                            "learn from sequences: set n_steps = 1 or use an mlp", path="algorithm.n_steps")
+        if config.gamma == 0:
+            raise UserError("with gamma = 0 only the first reward counts, so n-step returns change nothing; set "
+                            "n_steps = 1 or raise gamma", path="algorithm.n_steps")
+        capacity = getattr(self.replay, "capacity", None)
+        if capacity is not None and config.n_steps > capacity:
+            raise UserError(f"must be at most the replay buffer's capacity ({capacity}), got {config.n_steps}",
+                            path="algorithm.n_steps")
+        if not protocols.capability(loss, protocols.Loss.n_step_targets):
+            raise UserError(f"{config.loss.title} bootstraps one step on (it does not declare "
+                            f"n_step_targets, discounting by gamma ** steps_to_next_obs); set n_steps = 1 or use "
+                            f"another loss", path="algorithm.n_steps")
+        return NStepWriter(config, self.observation_key)
 
     # -- what algorithms define -----------------------------------------------------------------------
 
@@ -202,12 +224,15 @@ class OffPolicy(OffPolicyActing, GradientsInterface, ChangesDuringRun):
     @torch.no_grad()
     def store(self, batch: TensorDictBase) -> None:
         if not self.stored_elsewhere:
-            transitions = replay_transitions(batch, self.config, self.observation_key)
+            if self.n_step_writer is None:
+                transitions = replay_transitions(batch, self.config, self.observation_key)
+            else:  # the steps whose n-step windows this batch completes (none yet, in a run's first few steps)
+                transitions = self.n_step_writer(batch, self.config)
             if self.sequences:
                 flat_init = batch.get("is_init").flatten(0, batch.batch_dims - 1)
                 transitions.update({"is_init": flat_init, **self.episodes.label(batch.get("is_init"))})
             self.replay.extend(transitions)
-            if self.preprocessor is not None:
+            if self.preprocessor is not None and transitions.numel():
                 self.preprocessor.train()
                 self.preprocessor(transitions.get("observation"))
                 self.preprocessor.eval()
@@ -300,6 +325,8 @@ class OffPolicy(OffPolicyActing, GradientsInterface, ChangesDuringRun):
         """Its replay as Ray's replay storages hold it."""
         from rlplug.plugins.algorithms.offpolicy.data_parallel import OffPolicyReplayStorage
 
+        if self.config.n_steps > 1:  # a writer of its own, whose copy on each worker holds that worker's steps
+            return OffPolicyReplayStorage(self, NStepWriter(self.config, self.observation_key))
         return OffPolicyReplayStorage(self, functools.partial(replay_transitions, config=self.config,
                                                               key=self.observation_key))
 
@@ -411,6 +438,8 @@ class OffPolicy(OffPolicyActing, GradientsInterface, ChangesDuringRun):
             state["noise"] = self.noise.state_dict()
         if self.sequences:
             state["episodes"] = self.episodes.state_dict()
+        if self.n_step_writer is not None:
+            state["n_step"] = self.n_step_writer.returns.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -429,20 +458,52 @@ class OffPolicy(OffPolicyActing, GradientsInterface, ChangesDuringRun):
             self.noise.load_state_dict(state["noise"])
         if self.sequences:
             self.episodes.load_state_dict(state["episodes"])
+        if self.n_step_writer is not None:  # a checkpoint of n_steps = 1 holds no steps
+            self.n_step_writer.returns.load_state_dict(state.get("n_step", {}))
         self.follow_schedules()
 
 
 def replay_transitions(batch: TensorDictBase, config: OffPolicyConfigs, key: str) -> TensorDictBase:
-    """A collected ``[envs, time]`` batch as the replay stores it: ``[envs * time]`` transitions, their rewards
-    shaped (``reward_scale``, ``reward_offset``, ``reward_clip``); also what Ray's workers write into storages."""
+    """A collected ``[envs, time]`` batch as the replay stores it with one-step targets: ``[envs * time]``
+    transitions, their rewards shaped (:func:`shaped_reward`); also what Ray's workers write into storages."""
 
     def flat(entry):  # [envs, time, ...] -> [envs * time, ...], tensor by tensor (cheaper than the TensorDict)
         return batch.get(entry).flatten(0, batch.batch_dims - 1)
 
-    reward = flat(("next", "reward")) * config.reward_scale + config.reward_offset
-    if config.reward_clip is not None:
-        reward = reward.clamp(-config.reward_clip, config.reward_clip)
     return TensorDict({
         "observation": flat(key), "action": flat("action"),
-        "next": {"observation": flat(("next", key)), "reward": reward, "terminated": flat(("next", "terminated"))},
+        "next": {"observation": flat(("next", key)), "reward": shaped_reward(flat(("next", "reward")), config),
+                 "terminated": flat(("next", "terminated"))},
     }, batch_size=[batch.numel()])
+
+
+def shaped_reward(reward: torch.Tensor, config: OffPolicyConfigs) -> torch.Tensor:
+    """``clip(reward * reward_scale + reward_offset, -reward_clip, reward_clip)``: the reward the replay keeps."""
+    reward = reward * config.reward_scale + config.reward_offset
+    if config.reward_clip is not None:
+        reward = reward.clamp(-config.reward_clip, config.reward_clip)
+    return reward
+
+
+class NStepWriter:
+    """What the replay stores of each collected batch with ``n_steps > 1``: its steps, rewards shaped, kept
+    ``[envs, time]`` for :class:`~rlplug.plugins.algorithms.offpolicy.n_step.NStepReturns`, which holds each env's
+    latest steps until the batch that completes their windows. Picklable: each of Ray's workers writes with its
+    own copy, holding its own envs' steps."""
+
+    def __init__(self, config: OffPolicyConfigs, key: str):
+        self.config, self.key = config, key
+        self.returns = NStepReturns(config.n_steps)
+
+    def __call__(self, batch: TensorDictBase, config: OffPolicyConfigs | None = None) -> TensorDictBase:
+        config = config or self.config  # the algorithm's config of now (rlplug set: gamma, reward shaping)
+        key = self.key
+        steps = TensorDict({
+            "observation": batch.get(key), "action": batch.get("action"),
+            "next": {"observation": batch.get(("next", key)),
+                     "reward": shaped_reward(batch.get(("next", "reward")), config),
+                     "terminated": batch.get(("next", "terminated")), "done": batch.get(("next", "done"))},
+        }, batch_size=batch.batch_size)
+        if steps.ndim == 1:  # one env without a batch dim: [time]
+            steps = steps.unsqueeze(0)
+        return self.returns(steps, config.gamma)

@@ -12,6 +12,7 @@ already has one (the on-policy algorithms' ``lr``, ``lr_schedule``, ``max_grad_n
 by option, is in ``docs/from-skrl.md``.
 
 rlplug adds ``steps_per_update`` (env steps per update: ``frames_per_batch = num_envs x steps_per_update``),
+``n_steps`` (n-step returns: :mod:`rlplug.plugins.algorithms.offpolicy.n_step`),
 ``optimizer`` and ``optimizer_kwargs`` (as the on-policy algorithms have them), and for DDPG, TD3 and SAC with
 recurrent networks (``lstm``, ``gru``: :mod:`rlplug.core.recurrent`) ``sequence_length`` and ``burn_in``: each
 gradient step samples ``batch_size / sequence_length`` sequences of consecutive steps of one episode, and
@@ -55,6 +56,10 @@ LearningRate: TypeAlias = Annotated[float | list[float], Check(learning_rate_pro
 #: gradient steps per update: far more holds the run on one update for hours (DQN recipes take 1 to a few hundred)
 GradientSteps: TypeAlias = Annotated[int, Range(ge=1), Limit(100_000, "one update would take that many gradient "
                                                                       "steps, hours on one batch of frames")]
+#: rewards summed per stored transition: each env holds its last n - 1 steps back until the batch that ends their sums
+NSteps: TypeAlias = Annotated[int, Range(ge=1), Limit(1_000, "each env would hold that many steps back from the "
+                                                             "replay, and gamma ** n leaves almost nothing of the "
+                                                             "bootstrap (typical: 3 to 10)")]
 #: critic steps per actor step: far more and the actor is almost never updated
 PolicyDelay: TypeAlias = Annotated[int, Range(ge=1), Limit(1_000, "the actor would be updated once every that many "
                                                                   "critic steps, so almost never (typical: 1 to 3)")]
@@ -77,6 +82,9 @@ class OffPolicyConfig:
     batch_size: Count = 64
     #: discount factor
     gamma: Fraction = 0.99
+    #: n-step returns: each stored transition sums up to n discounted rewards and bootstraps with gamma ** k from
+    #: the observation k <= n steps on; an episode's end inside the n steps stops the sum (1: one-step targets)
+    n_steps: NSteps = 1
     # a number or a pair here, as the actor-critics take it; dqn redeclares it as a number
     #: learning rate (a schedule scales it)
     lr: LearningRate = 1e-3

@@ -105,6 +105,8 @@ class Sample:
     reward: torch.Tensor
     not_terminated: torch.Tensor
     weight: torch.Tensor | None
+    #: with n-step returns (``algorithm.n_steps``), the rewards each transition sums (``[batch, 1]``); else None
+    steps: torch.Tensor | None = None
 
     @classmethod
     def of(cls, data: TensorDictBase, burn_in: int = 0) -> Sample:
@@ -115,16 +117,22 @@ class Sample:
             observation, next_observation = observations, observations.next()
         else:
             observation, next_observation = data.get("observation"), data.get(("next", "observation"))
+        steps = data.get("steps_to_next_obs", None)
         return cls(observation, next_observation, data.get("action"), data.get(("next", "reward")).float(),
-                   (~terminated.bool()).float(), None if weight is None else weight.reshape(-1, 1))
+                   (~terminated.bool()).float(), None if weight is None else weight.reshape(-1, 1),
+                   None if steps is None else steps.reshape(-1, 1))
 
     def mean(self, loss: torch.Tensor) -> torch.Tensor:
         """Per-sample losses averaged, with prioritised replay's importance weights where there are some."""
         return (loss * self.weight).mean() if self.weight is not None else loss.mean()
 
     def target(self, gamma: float, next_value: torch.Tensor) -> torch.Tensor:
-        """``reward + gamma * next_value``, the bootstrap dropped where the episode terminated."""
-        return self.reward + gamma * self.not_terminated * next_value.float()
+        """``reward + gamma * next_value``, the bootstrap dropped where the episode terminated; with n-step
+        returns ``gamma ** k`` for a transition summing k rewards (its next observation is k steps on)."""
+        if self.steps is None:
+            return self.reward + gamma * self.not_terminated * next_value.float()
+        discount = gamma ** self.steps.float()
+        return self.reward + discount * self.not_terminated * next_value.float()
 
 
 # -- the actor-critic losses -----------------------------------------------------------------------------
@@ -139,6 +147,8 @@ class ActorCriticLoss(LossModule):
     critic_term_name = "loss_qvalue"
     #: whether the actor's term reads every critic (the lower of them) or the first alone
     actor_reads_all_critics = False
+    #: its targets discount by gamma ** steps_to_next_obs (:meth:`Sample.target`): n-step returns serve it
+    n_step_targets = True
 
     def __init__(self, actor: nn.Module, critics: list, *, gamma: float, observation_key: str = "observation",
                  burn_in: int = 0):
@@ -309,11 +319,13 @@ def refuse_sequences(networks: ActorCriticNetworks, name: str, own: str | None =
 
 
 def with_learners(loss, gamma: float, groups: dict[str, str], terms: dict[str, str], targets: bool = True,
-                  weighted: bool = True):
+                  weighted: bool = True, n_step: bool = True):
     """TorchRL's ``loss`` with its discount set, and what an off-policy algorithm needs to step it: each learner's
     parameters (``parameter_groups``) and which learner each loss term trains (``term_learners``); targets moved
     by ``update_targets`` where the loss keeps some (``targets``), ``no_targets`` declared where it keeps none;
-    prioritised replay's importance weights read where the loss takes them (``weighted``)."""
+    prioritised replay's importance weights read where the loss takes them (``weighted``); ``n_step_targets``
+    declared where its value estimator reads the sample's ``steps_to_next_obs`` (``n_step``: TorchRL's REDQLoss
+    drops the entry before its estimator sees it)."""
     from tensordict import TensorDictBase
 
     from rlplug.plugins.algorithms.loss_parts import with_target_updates
@@ -329,6 +341,7 @@ def with_learners(loss, gamma: float, groups: dict[str, str], terms: dict[str, s
 
     loss.parameter_groups = {name: parameters_of(attribute) for name, attribute in groups.items()}
     loss.term_learners = terms
+    loss.n_step_targets = n_step
     if not targets:
         loss.no_targets = True
         return loss

@@ -61,4 +61,5 @@ def torchrl_loss(networks: ActorCriticNetworks, settings: Any, observation_spec,
     loss = REDQLoss(networks["policy"], networks["critic"], action_spec=one_env_actions(action_spec, observation_spec),
                     **unset_to(values, defaults))
     loss.target_entropy  # noqa: B018 (reading it registers its buffer)
-    return with_learners(loss, settings.gamma, ENTROPY_GROUPS, ENTROPY_TERMS, weighted=False)
+    # its forward keeps only "next", the observation and the action: steps_to_next_obs never reaches its estimator
+    return with_learners(loss, settings.gamma, ENTROPY_GROUPS, ENTROPY_TERMS, weighted=False, n_step=False)
