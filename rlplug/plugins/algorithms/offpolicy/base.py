@@ -41,6 +41,7 @@ from torch import nn
 
 from rlplug.core.training import MetricMean, compile_in_place, summed, updates_stopped
 from rlplug.errors import RlplugWarning, UserError
+from rlplug.core.masks import MASK
 from rlplug.networks import is_discrete, observation_key
 from rlplug.plugins.algorithms.acting import OffPolicyActing
 from rlplug.plugins.algorithms.networks import build_network
@@ -132,7 +133,8 @@ class OffPolicy(OffPolicyActing, GradientsInterface, ChangesDuringRun):
                                                self.learners.trained, self.update_targets)
             self.update_targets = fused or self.update_targets
         stages = [behind_preprocessor(actor, self.preprocessor, action_spec), *self.exploration_stages()]
-        self.random_actions = RandomActions(action_spec, env_dims) if config.random_frames > 0 else None
+        self.random_actions = RandomActions(action_spec, env_dims, masked=MASK in observation_spec.keys()) \
+            if config.random_frames > 0 else None
         if self.random_actions is not None:
             stages.append(self.random_actions)
         self.policy: TensorDictModuleBase = stages[0] if len(stages) == 1 else TensorDictSequential(*stages)
@@ -442,7 +444,10 @@ def replay_transitions(batch: TensorDictBase, config: OffPolicyConfigs, key: str
     reward = flat(("next", "reward")) * config.reward_scale + config.reward_offset
     if config.reward_clip is not None:
         reward = reward.clamp(-config.reward_clip, config.reward_clip)
-    return TensorDict({
+    transitions = TensorDict({
         "observation": flat(key), "action": flat("action"),
         "next": {"observation": flat(("next", key)), "reward": reward, "terminated": flat(("next", "terminated"))},
     }, batch_size=[batch.numel()])
+    if MASK in batch.keys():  # the env's allowed actions, now and next (what the policies and the targets read)
+        transitions.update({MASK: flat(MASK), ("next", MASK): flat(("next", MASK))})
+    return transitions

@@ -31,6 +31,7 @@ from torch import nn
 from torchrl.objectives import LossModule
 
 from rlplug.core.acting import ActorView, tensor_function
+from rlplug.core.masks import MASK
 from rlplug.core.actions import one_env_spec
 from rlplug.core.recurrent import ObservationSequence, is_recurrent, sequence_function
 from rlplug.core.training import forget_former_buffers
@@ -105,6 +106,8 @@ class Sample:
     reward: torch.Tensor
     not_terminated: torch.Tensor
     weight: torch.Tensor | None
+    #: the next state's allowed actions, where the env masks them (``("next", "action_mask")``)
+    next_mask: torch.Tensor | None = None
 
     @classmethod
     def of(cls, data: TensorDictBase, burn_in: int = 0) -> Sample:
@@ -116,7 +119,8 @@ class Sample:
         else:
             observation, next_observation = data.get("observation"), data.get(("next", "observation"))
         return cls(observation, next_observation, data.get("action"), data.get(("next", "reward")).float(),
-                   (~terminated.bool()).float(), None if weight is None else weight.reshape(-1, 1))
+                   (~terminated.bool()).float(), None if weight is None else weight.reshape(-1, 1),
+                   data.get(("next", MASK), None))
 
     def mean(self, loss: torch.Tensor) -> torch.Tensor:
         """Per-sample losses averaged, with prioritised replay's importance weights where there are some."""
