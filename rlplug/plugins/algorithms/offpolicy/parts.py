@@ -95,7 +95,7 @@ class RandomActions(TensorDictModuleBase):
     def act_on(self, action: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """A random action of the same batch shape in place of ``action`` while active and exploring; an
         allowed one where ``mask`` (the env's ``action_mask``) is given."""
-        if self.active and exploring():
+        if exploring() and self.active:  # exploring first: no buffer read while exporting
             if mask is not None:
                 index = random_allowed(mask)
                 return functional.one_hot(index, mask.shape[-1]).to(action.dtype) if self.one_hot \
