@@ -11,12 +11,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 from conftest import one_line_error, rlplug_cli, run_cli
-from gymnasium import spaces
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 from torch import nn
@@ -69,7 +67,8 @@ class OneAllowed(gym.Env):
         return self._observe(), 1.0, False, self.t >= 20, {}
 
 
-for _id, _kwargs in (("RlplugMaskTest/OneAllowed-v0", {}), ("RlplugMaskTest/ContinuousMasked-v0", {"continuous": True})):
+for _id, _kwargs in (("RlplugMaskTest/OneAllowed-v0", {}),
+                     ("RlplugMaskTest/ContinuousMasked-v0", {"continuous": True})):
     if _id not in gym.registry:
         gym.register(_id, entry_point=OneAllowed, kwargs=_kwargs)
 '''

@@ -98,7 +98,7 @@ def check_with_onnxruntime(path: Path, item) -> str:
 
     rng = np.random.default_rng(0)
     observations = rng.normal(size=(CHECKED_OBSERVATIONS, *item.example.shape[1:])).astype(np.float32)
-    feeds = {"observation": observations}
+    feeds: dict[str, np.ndarray] = {"observation": observations}
     if item.mask_example is not None:  # random masks, one allowed action at least
         masks = rng.random((CHECKED_OBSERVATIONS, item.mask_example.shape[-1])) < 0.5
         masks[np.arange(CHECKED_OBSERVATIONS), rng.integers(0, masks.shape[-1], CHECKED_OBSERVATIONS)] = True

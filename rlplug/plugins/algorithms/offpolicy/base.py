@@ -39,9 +39,9 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 from torch import nn
 
+from rlplug.core.masks import MASK
 from rlplug.core.training import MetricMean, compile_in_place, summed, updates_stopped
 from rlplug.errors import RlplugWarning, UserError
-from rlplug.core.masks import MASK
 from rlplug.networks import is_discrete, observation_key
 from rlplug.plugins.algorithms.acting import OffPolicyActing
 from rlplug.plugins.algorithms.networks import build_network

@@ -31,8 +31,8 @@ from torch import nn
 from torchrl.objectives import LossModule
 
 from rlplug.core.acting import ActorView, tensor_function
-from rlplug.core.masks import MASK
 from rlplug.core.actions import one_env_spec
+from rlplug.core.masks import MASK
 from rlplug.core.recurrent import ObservationSequence, is_recurrent, sequence_function
 from rlplug.core.training import forget_former_buffers
 from rlplug.errors import UserError
