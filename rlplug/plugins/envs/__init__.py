@@ -213,6 +213,9 @@ def make_gym(
       as gymnasium's NormalizeReward; left unscaled out of training (evaluation).
     - ``clip_rewards``, ``episodic_life``: Atari's training-only shaping, off in evaluation, which plays whole
       games and counts the game's score.
+    - A Dict observation with an ``action_mask`` entry (MultiBinary(n)) masks a Discrete action of n choices:
+      every discrete algorithm chooses only allowed actions (``env.action_mask``; rlplug registers
+      ``rlplug/MaskedCartPole-v1``, CartPole with a random mask, to try it).
     - ``vectorization``: "async" steps each copy in a worker process of its own; the workers ignore Ctrl-C
       (the run stops after the iteration and closes them) and end with the run however it ends. "vector"
       steps every copy at once by gymnasium's array env of the id, with the episodes "sync" gives.
