@@ -25,6 +25,7 @@ from rlplug import recipe as recipes
 from rlplug.core.acting import ActorView, env_action
 from rlplug.core.env_members import as_evaluation_env, env_capability
 from rlplug.core.heads import observation_key
+from rlplug.core.masks import MASK
 from rlplug.core.training import compile_update
 from rlplug.errors import UserError
 from rlplug.recipe import EVAL_SEED_OFFSET, MAX_EVAL_EPISODES
@@ -200,19 +201,24 @@ class Agent:
         """An action for a numpy observation, or a batch of them, in gymnasium's format (an index for discrete
         actions, from the space's start; an index per part for MultiDiscrete). Observations are taken as a
         gymnasium env gives them (a Dict observation as a dict of arrays of its Box entries); the recipe's
-        observation normalisation (with the statistics learned so far) is applied here, as in training."""
+        observation normalisation (with the statistics learned so far) is applied here, as in training. Where the
+        env masks actions, the observation is the dict the env gives, its ``action_mask`` entry included, and
+        the action is one it allows."""
         env = self.run.env
+        observation, mask = split_mask(env.observation_spec, observation)
         check_observation(env.observation_spec, observation)
         normalize = env_capability(env, protocols.Env.normalize_observation)
         if normalize:
             observation = normalize(observation)
         batch, single = observation_batch(env.observation_spec, observation)
+        masks = None if mask is None else mask_batch(mask, len(batch), single)
         try:
             view = ActorView.of(self.run.algorithm.policy)
-            action, _ = view.act(batch, deterministic=deterministic)
+            action, _ = view.act(batch, deterministic=deterministic, mask=masks)
         except TypeError:  # a deterministic actor or a Q-network policy: through its TensorDict interface
             key = cast(TensorDictModuleBase, self.run.algorithm.policy).in_keys[0]  # the contract: a TensorDict module
-            action = self.act(TensorDict({key: batch}, batch_size=batch.shape[:1]), deterministic).get("action")
+            data = TensorDict({key: batch, **({MASK: masks} if masks is not None else {})}, batch_size=batch.shape[:1])
+            action = self.act(data, deterministic).get("action")
         read = env_capability(env, protocols.Env.read_action)
         actions = np.asarray(read(action)) if read is not None else env_action(action, type(env.action_spec) is OneHot)
         return actions[0] if single else actions
@@ -256,6 +262,31 @@ def recipe_data(recipe: str | Path | Mapping[str, Any], overrides: Mapping[str, 
     for key, value in flatten(overrides).items():
         recipes.set_value(data, key, value, file=file)
     return data, file, name
+
+
+def split_mask(observation_spec, observation: Any) -> tuple[Any, np.ndarray | None]:
+    """``select_action``'s observation without its ``action_mask``, and the mask, where the env masks actions
+    (a :class:`UserError` where it is missing); otherwise the observation as it is and None. A Dict observation
+    whose one other entry is what the networks read gives that entry (:class:`rlplug.core.masks.MaskEntry`)."""
+    if MASK not in observation_spec.keys():
+        return observation, None
+    if not isinstance(observation, Mapping) or MASK not in observation:
+        raise UserError(f"select_action(observation=...): this env allows only some actions at each step; pass the "
+                        f"observation as the env gives it, a dict with its '{MASK}' entry")
+    rest = {name: value for name, value in observation.items() if name != MASK}
+    if not isinstance(observation_spec[observation_key(observation_spec)], Composite) and len(rest) == 1:
+        rest = next(iter(rest.values()))
+    return rest, np.asarray(observation[MASK])
+
+
+def mask_batch(mask: np.ndarray, rows: int, single: bool) -> torch.Tensor:
+    """``select_action``'s ``action_mask`` as a ``[rows, choices]`` boolean batch."""
+    tensor = torch.as_tensor(mask).bool()
+    tensor = tensor.unsqueeze(0) if single else tensor
+    if tensor.ndim != 2 or len(tensor) != rows:
+        raise UserError(f"select_action(observation=...): '{MASK}' has shape {list(mask.shape)}, expected one flag "
+                        f"per action for each observation")
+    return tensor
 
 
 def check_observation(observation_spec, observation: Any) -> None:

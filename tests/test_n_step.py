@@ -130,6 +130,28 @@ def test_known_sums_and_gamma_powers_in_one_batch():
     assert_targets([env], [], 3)
 
 
+def test_allowed_actions_ride_with_the_window():
+    """An env that masks actions: each stored transition keeps its own step's mask and, as its next one, the mask
+    after the window's last step (what a masked target's max reads), across a batch cut and at an episode end."""
+    env = Steps(0, range(1, 9), [False, False, False, True, False, False, False, False], [False] * 8)
+    mask = torch.tensor([[t % 3 != a for a in range(3)] for t in range(9)])  # step t forbids action t % 3
+    parts = batches([env], [5])
+    returns, stored = NStepReturns(3), []
+    for part, start in zip(parts, (0, 5)):
+        length = part.batch_size[1]
+        part.set("action_mask", mask[start:start + length].unsqueeze(0))
+        part.set(("next", "action_mask"), mask[start + 1:start + length + 1].unsqueeze(0))
+        stored.append(returns(part, 0.9))
+    transitions = torch.cat(stored)
+    first = {o: t for t, o in enumerate(env.observations)}
+    for row in transitions:
+        t = first[row.get("observation").item()]
+        k = int(row.get("steps_to_next_obs").item())
+        assert k == min(3, 4 - t) if t <= 3 else k == 3
+        assert torch.equal(row.get("action_mask"), mask[t])
+        assert torch.equal(row.get(("next", "action_mask")), mask[t + k])
+
+
 def test_a_termination_inside_the_window_stops_the_sum_and_the_bootstrap():
     """Terminated at step 2: the step 0 target is 1 + 0.9 * 2 + 0.81 * 3 and nothing after; step 1's is
     2 + 0.9 * 3; steps after it start a new episode."""

@@ -98,10 +98,15 @@ def check_with_onnxruntime(path: Path, item) -> str:
 
     rng = np.random.default_rng(0)
     observations = rng.normal(size=(CHECKED_OBSERVATIONS, *item.example.shape[1:])).astype(np.float32)
+    feeds: dict[str, np.ndarray] = {"observation": observations}
+    if item.mask_example is not None:  # random masks, one allowed action at least
+        masks = rng.random((CHECKED_OBSERVATIONS, item.mask_example.shape[-1])) < 0.5
+        masks[np.arange(CHECKED_OBSERVATIONS), rng.integers(0, masks.shape[-1], CHECKED_OBSERVATIONS)] = True
+        feeds[item.inputs[1]] = masks
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    got = session.run(["action"], {"observation": observations})[0]
+    got = session.run(["action"], feeds)[0]
     with exporting():
-        want = item.module(torch.from_numpy(observations))
+        want = item.module(*(torch.from_numpy(value) for value in feeds.values()))
     want = (want[0] if isinstance(want, tuple) else want).numpy()
     if got.dtype.kind == "i":
         same = int((got == want).sum())

@@ -16,14 +16,16 @@ import torch
 from tensordict import TensorDict
 from tensordict.nn import ProbabilisticTensorDictModule, TensorDictModule, TensorDictModuleBase, TensorDictSequential
 from torch.distributions import Categorical, Distribution, OneHotCategorical
+from torchrl.modules import MaskedOneHotCategorical
 from torchrl.modules import OneHotCategorical as TorchRLOneHotCategorical
 
+from rlplug.core.masks import masked_logits
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability
 
 CATEGORICALS = (Categorical, OneHotCategorical)
 #: Categoricals whose samples are one-hot vectors (TorchRL's derives from the index-valued ``Categorical``).
-ONE_HOT = (OneHotCategorical, TorchRLOneHotCategorical)
+ONE_HOT = (OneHotCategorical, TorchRLOneHotCategorical, MaskedOneHotCategorical)
 
 
 @dataclass
@@ -37,6 +39,9 @@ class ActorView:
     distribution_kwargs: dict
     action_key: str
     log_prob_key: str
+    #: the entry the distribution's ``mask`` is read from (the env's ``action_mask``: TorchRL's
+    #: ``MaskedCategorical``), or None; every method takes the mask beside the observation where it is set
+    mask_key: str | None = None
     #: whether the head is a categorical over logits, which :meth:`act` (and the on-policy losses) compute
     #: directly from the logits: the same numbers as the distribution's, at a quarter of the cost
     categorical: bool = field(init=False)
@@ -57,32 +62,51 @@ class ActorView:
             raise TypeError("the policy must be a TorchRL ProbabilisticActor of one parameter module reading one "
                             "observation, then a distribution (what rlplug.core.heads.wrap builds)")
         params, probabilistic = modules
+        keys = [k[-1] if isinstance(k, tuple) else k for k in probabilistic.dist_keys]
+        sources = dict(zip(keys, probabilistic.in_keys))
+        mask_key = sources.pop("mask", None)
         return cls(
             params_module=params.module, observation_key=params.in_keys[0],
-            param_keys=tuple(k[-1] if isinstance(k, tuple) else k for k in probabilistic.dist_keys),
-            distribution_class=probabilistic.distribution_class,
+            param_keys=tuple(sources), distribution_class=probabilistic.distribution_class,
             distribution_kwargs=dict(probabilistic.distribution_kwargs or {}),
-            action_key=probabilistic.out_keys[0], log_prob_key=probabilistic.log_prob_key,
+            action_key=probabilistic.out_keys[0], log_prob_key=probabilistic.log_prob_key, mask_key=mask_key,
         )
 
-    def distribution(self, observation: torch.Tensor) -> Distribution:
+    def distribution(self, observation: torch.Tensor, mask: torch.Tensor | None = None) -> Distribution:
         params = self.params_module(observation)
         params = params if isinstance(params, tuple) else (params,)
-        return self.distribution_class(**dict(zip(self.param_keys, params)), **self.distribution_kwargs)
+        masked = {"mask": self.required(mask)} if self.mask_key else {}
+        return self.distribution_class(**dict(zip(self.param_keys, params)), **masked, **self.distribution_kwargs)
 
-    def act(self, observation: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """An action and its log-probability (the mode's, when deterministic)."""
+    def required(self, mask: torch.Tensor | None) -> torch.Tensor:
+        """``mask`` as the head reads it; a masked head acting without one would choose disallowed actions."""
+        if mask is None:
+            raise ValueError(f"this policy chooses among the actions its env allows, and was given no "
+                             f"'{self.mask_key}'")
+        return mask.bool()
+
+    def act(self, observation: torch.Tensor, deterministic: bool = False,
+            mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """An action and its log-probability (the mode's, when deterministic); ``mask``: the allowed actions,
+        for a head with a :attr:`mask_key`."""
         if self.categorical:
-            index, log_prob, choices = self.choose(observation, deterministic)
+            index, log_prob, choices = self.choose(observation, deterministic, mask)
             return (torch.nn.functional.one_hot(index, choices) if self.one_hot else index), log_prob
-        dist = self.distribution(observation)
+        dist = self.distribution(observation, mask)
         action = deterministic_sample(dist) if deterministic else dist.sample()
         return action, dist.log_prob(action)
 
-    def choose(self, observation: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, torch.Tensor, int]:
+    def logits(self, observation: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """A categorical head's logits, the disallowed choices' at ``MASKED_LOGIT`` where it is masked (the
+        head's ``MaskedCategorical`` numbers)."""
+        logits = self.params_module(observation)
+        return masked_logits(logits, self.required(mask)) if self.mask_key else logits
+
+    def choose(self, observation: torch.Tensor, deterministic: bool = False,
+               mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
         """A categorical head's choice: the chosen index (what gymnasium takes, one-hot or not), its
         log-probability from the logits' log-softmax, and the number of choices."""
-        log_probs = self.params_module(observation).log_softmax(-1)
+        log_probs = self.logits(observation, mask).log_softmax(-1)
         if deterministic:
             index = log_probs.argmax(-1, keepdim=True)
         else:

@@ -3,6 +3,7 @@ networks read."""
 
 from __future__ import annotations
 
+from rlplug.core.masks import with_action_mask
 from rlplug.core.observations import one_observation
 from rlplug.core.transformed import build_transformed
 
@@ -16,5 +17,7 @@ def env_label(component) -> str:
 def build_env(component, **context):
     """The recipe's env built, with one ``observation`` entry for the networks wherever it declares several
     (:func:`rlplug.core.observations.one_observation`): every env of a run, training, evaluation and
-    workers', is built here, so all see the same entries."""
-    return one_observation(build_transformed(component, **context))
+    workers', is built here, so all see the same entries. An env's ``action_mask`` entry is read first
+    (:func:`rlplug.core.masks.with_action_mask`), so the networks' entries leave it out."""
+    env = with_action_mask(build_transformed(component, **context), getattr(component, "action_mask", "auto"))
+    return one_observation(env)

@@ -43,10 +43,20 @@ from tensordict.nn import NormalParamExtractor, TensorDictModule
 from torch import nn
 from torch.distributions import Categorical
 from torchrl.data import Composite, OneHot, TensorSpec
-from torchrl.modules import Actor, IndependentNormal, OneHotCategorical, ProbabilisticActor, TanhNormal, ValueOperator
+from torchrl.modules import (
+    Actor,
+    IndependentNormal,
+    MaskedCategorical,
+    MaskedOneHotCategorical,
+    OneHotCategorical,
+    ProbabilisticActor,
+    TanhNormal,
+    ValueOperator,
+)
 
 from rlplug.core.actions import ActionLayout, EventShape, IndependentCategoricals, action_layout
 from rlplug.core.layers import ELEMENTWISE, HIDDEN_GAIN, Init, linear
+from rlplug.core.masks import MASK, MASKED_LOGIT
 from rlplug.errors import UserError
 
 ROLES = ("policy", "value", "deterministic_policy", "q_value", "q_values")
@@ -280,6 +290,11 @@ def wrap(trunk: nn.Module, *, role: str, observation_spec: Composite, action_spe
         if layout.kind == "parts":
             return ProbabilisticActor(logits, in_keys=["logits"], distribution_class=IndependentCategoricals,
                                       distribution_kwargs=layout.distribution_kwargs(), spec=action_spec,
+                                      return_log_prob=True)
+        if MASK in observation_spec.keys():  # the env's allowed actions (rlplug.core.masks): TorchRL's masked ones
+            masked = MaskedOneHotCategorical if layout.one_hot else MaskedCategorical
+            return ProbabilisticActor(logits, in_keys={"logits": "logits", "mask": MASK}, distribution_class=masked,
+                                      distribution_kwargs={"neg_inf": MASKED_LOGIT}, spec=action_spec,
                                       return_log_prob=True)
         distribution = OneHotCategorical if layout.one_hot else Categorical
         return ProbabilisticActor(logits, in_keys=["logits"], distribution_class=distribution,

@@ -31,6 +31,7 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Composite, Unbounded
 from torchrl.envs import EnvBase, Transform, TransformedEnv
 
+from rlplug.core.masks import MASK
 from rlplug.core.transformed import ENV_REWARD
 from rlplug.errors import UserError, did_you_mean
 
@@ -147,8 +148,10 @@ def entry_problem(key, spec, batch_dims: int) -> str | None:
 
 def chosen_entries(spec: Composite, in_keys: Sequence[str] | None) -> list | None:
     """The keys to gather into ``observation``, or None where the env's own ``observation`` is read as it is."""
-    # the env's own reward, kept beside a reshaped one by the recipe's transforms, is no observation
-    leaves = [key for key in spec.keys(True, True) if key != ENV_REWARD]
+    # the env's own reward, kept beside a reshaped one by the recipe's transforms, is no observation; nor is an
+    # action mask, which the policy applies, unless named
+    named_mask = in_keys is not None and MASK in in_keys
+    leaves = [key for key in spec.keys(True, True) if key != ENV_REWARD and (key != MASK or named_mask)]
     names = [key_name(key) for key in leaves]
     if in_keys is None:
         if OBSERVATION in spec.keys():  # a tensor, or a TensorDict of named entries (a Dict observation)
@@ -168,7 +171,7 @@ def chosen_entries(spec: Composite, in_keys: Sequence[str] | None) -> list | Non
             raise UserError(f"the env has no observation entry '{name}'{did_you_mean(name, names)}; its entries: "
                             f"{', '.join(names)}", path="env.in_keys")
         key = as_key(name)
-        problem = entry_problem(key, spec[key], spec.ndim)
+        problem = None if key == MASK else entry_problem(key, spec[key], spec.ndim)
         if problem:
             raise UserError(problem, path="env.in_keys")
         chosen.append(key)

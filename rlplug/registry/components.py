@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
 from rlplug.errors import UserError
 
@@ -99,6 +99,9 @@ class Env(Component):
 
     kind = "env"
     transforms: tuple[Transform, ...] = ()
+    #: what is done with the env's ``action_mask`` entry (:mod:`rlplug.core.masks`): "auto" applies it where the
+    #: env has one; "applied" requires one; "observed" requires one and feeds it to the networks too
+    action_mask: str = "auto"
 
     def with_copies(self, count: int) -> Env:
         """The same env with ``count`` copies where it takes ``num_envs``, else itself."""
@@ -108,6 +111,8 @@ class Env(Component):
         table = super().resolved()
         if self.transforms:
             table["transforms"] = [transform.resolved() for transform in self.transforms]
+        if self.action_mask != "auto":
+            table["action_mask"] = self.action_mask
         return table
 
 
@@ -162,8 +167,8 @@ class Callback(Component):
     kind = "callback"
 
 
-#: an env table's ``transforms`` belong to rlplug, not to the env's factory
-Env.own_keys = {"transforms": list[Transform]}
+#: an env table's ``transforms`` and ``action_mask`` belong to rlplug, not to the env's factory
+Env.own_keys = {"transforms": list[Transform], "action_mask": Literal["auto", "applied", "observed"]}
 
 
 #: kind name -> annotation class, for the kinds that hooks register.

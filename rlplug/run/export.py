@@ -8,7 +8,8 @@ The exported module is what :meth:`rlplug.Agent.select_action` computes, as one 
   into the bounds where the recipe squashes), a deterministic actor's action, the greedy action of Q-values.
 
 Input ``observation``: float32 ``[batch, *observation shape]``, observations as the recipe's env gives them
-(after its per-env wrappers: frame stacking, entries kept), before normalisation. Outputs: ``action``, the
+(after its per-env wrappers: frame stacking, entries kept), before normalisation; where the env masks actions,
+a second input ``action_mask``, bool ``[batch, choices]``, and the action is an allowed one. Outputs: ``action``, the
 action in gymnasium's format (int64 ``[batch]``, the index, for discrete actions; float32 ``[batch, n]`` for
 continuous ones) and, for categorical policies, ``logits`` (float32 ``[batch, choices]``). What each output is
 is also written into the file (ONNX metadata and output doc strings; a TorchScript extra file
@@ -34,6 +35,7 @@ from rlplug.core.acting import ActorView, deterministic_sample
 from rlplug.core.actions import ActionLayout, action_layout
 from rlplug.core.env_members import env_capability
 from rlplug.core.heads import observation_entries, observation_key
+from rlplug.core.masks import MASK, masked_logits
 from rlplug.core.recurrent import is_recurrent
 from rlplug.core.transformed import TransformedRecipeEnv
 from rlplug.errors import UserError
@@ -53,8 +55,10 @@ class CategoricalPolicy(nn.Module):
         super().__init__()
         self.params = view.params_module
 
-    def forward(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, observation: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         logits = self.params(observation)
+        if mask is not None:  # the env's allowed actions: the head's MaskedCategorical numbers
+            logits = masked_logits(logits, mask)
         return logits.log_softmax(-1).argmax(-1), logits
 
 
@@ -83,8 +87,9 @@ class TensorDictPolicy(nn.Module):
         super().__init__()
         self.policy, self.observation_key, self.one_hot = policy, observation_key, one_hot
 
-    def forward(self, observation: torch.Tensor) -> torch.Tensor:
-        data = TensorDict({self.observation_key: observation}, batch_size=observation.shape[:1])
+    def forward(self, observation: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        data = TensorDict({self.observation_key: observation, **({MASK: mask} if mask is not None else {})},
+                          batch_size=observation.shape[:1])
         action = self.policy(data).get("action")
         return action.argmax(-1) if self.one_hot else action
 
@@ -141,10 +146,10 @@ class DeployedPolicy(nn.Module):
         super().__init__()
         self.normalizer, self.policy = normalizer, policy
 
-    def forward(self, observation: torch.Tensor):
+    def forward(self, observation: torch.Tensor, mask: torch.Tensor | None = None):
         if self.normalizer is not None:
             observation = self.normalizer(observation)
-        return self.policy(observation)
+        return self.policy(observation) if mask is None else self.policy(observation, mask)
 
 
 @dataclass
@@ -155,6 +160,16 @@ class Deployable:
     example: torch.Tensor
     outputs: list[str]
     info: dict[str, Any]
+    #: an example ``action_mask`` (bool ``[batch, choices]``), the second input, where the env masks actions
+    mask_example: torch.Tensor | None = None
+
+    @property
+    def examples(self) -> tuple[torch.Tensor, ...]:
+        return (self.example,) if self.mask_example is None else (self.example, self.mask_example)
+
+    @property
+    def inputs(self) -> list[str]:
+        return ["observation"] if self.mask_example is None else ["observation", MASK]
 
 
 def deployable(run) -> Deployable:
@@ -197,12 +212,17 @@ def deployable(run) -> Deployable:
     shape = tuple(env.observation_spec[key].shape[env.batch_dims:])
     module = DeployedPolicy(normalizer, actor).eval()
     example = env.observation_spec[key].zero()[(0,) * env.batch_dims].expand(2, *shape).to(torch.float32)
-    info = describe(run, outputs, layout, shape, normalizer is not None)
-    return Deployable(module, example.contiguous(), outputs, info)
+    masked = MASK in env.observation_spec.keys()
+    if masked and isinstance(actor, DistributionPolicy):
+        raise UserError("the policy's masked distribution reads no mask in export; the checkpoint still runs with "
+                        "rlplug.Agent.load")
+    mask_example = torch.ones(2, layout.parts[0], dtype=torch.bool) if masked else None
+    info = describe(run, outputs, layout, shape, normalizer is not None, masked)
+    return Deployable(module, example.contiguous(), outputs, info, mask_example)
 
 
 def describe(run, outputs: list[str], layout: ActionLayout, shape: tuple[int, ...],
-             normalised: bool) -> dict[str, Any]:
+             normalised: bool, masked: bool = False) -> dict[str, Any]:
     """What the exported file holds, in words and numbers (ONNX metadata, TorchScript's extra file)."""
     recipe = run.recipe
     env_id = recipe.env.params.get("id") if isinstance(recipe.env.params.get("id"), str) else None
@@ -218,10 +238,14 @@ def describe(run, outputs: list[str], layout: ActionLayout, shape: tuple[int, ..
     if "logits" in outputs:
         described["logits"] = "float32 [batch, choices]: the policy's logits (unnormalised log-probabilities)"
     observation = f"float32 [batch, {', '.join(map(str, shape))}]: observations as the env gives them"
+    inputs = {"observation": observation + (" (normalised inside the file)" if normalised else "")}
+    if masked:
+        inputs[MASK] = (f"bool [batch, {layout.parts[0]}]: the env's action_mask, true where an action is allowed; "
+                        f"the action is chosen among those")
     return {
         "producer": "rlplug export", "env": env_id or recipe.env.spec.name, "algorithm": recipe.algorithm.spec.name,
         "frames": run.frames, "seed": recipe.run.seed,
-        "input": {"observation": observation + (" (normalised inside the file)" if normalised else "")},
+        "input": inputs,
         "outputs": described, "action_type": "discrete" if discrete else "continuous",
         "observation_normalization": "included, statistics frozen at export" if normalised else "none",
     }
@@ -251,8 +275,9 @@ def exported_program(item: Deployable):
     """``item`` captured by ``torch.export`` (aten operations only, the batch dimension left free): what both
     formats are written from, so that they compute the same graph."""
     with exporting():
-        return torch.export.export(item.module, (item.example,), dynamic_shapes=({0: torch.export.Dim("batch")},),
-                                   strict=False)
+        batch = torch.export.Dim("batch")
+        shapes = {name: {0: batch} for name in ("observation", "mask")[:len(item.examples)]}
+        return torch.export.export(item.module, item.examples, dynamic_shapes=shapes, strict=False)
 
 
 def export_onnx(item: Deployable, path: Path) -> Path:
@@ -261,14 +286,15 @@ def export_onnx(item: Deployable, path: Path) -> Path:
 
     program = exported_program(item)
     with exporting():
-        onnx_program = torch.onnx.export(program, (item.example,), dynamo=True, input_names=["observation"],
+        onnx_program = torch.onnx.export(program, item.examples, dynamo=True, input_names=item.inputs,
                                          output_names=item.outputs, opset_version=OPSET, verbose=False)
     if onnx_program is None:
         raise RuntimeError("torch.onnx.export returned no ONNX program")
     model = onnx_program.model_proto
     for output in model.graph.output:
         output.doc_string = item.info["outputs"].get(output.name, "")
-    model.graph.input[0].doc_string = item.info["input"]["observation"]
+    for graph_input in model.graph.input:
+        graph_input.doc_string = item.info["input"].get(graph_input.name, "")
     model.doc_string = f"rlplug policy: {item.info['algorithm']} on {item.info['env']}"
     for key, value in flat_info(item.info).items():
         entry = model.metadata_props.add()
@@ -286,7 +312,7 @@ def export_torchscript(item: Deployable, path: Path) -> Path:
 
     program = exported_program(item)
     with exporting():
-        traced = torch.jit.trace(program.module(), (item.example,), check_trace=False)
+        traced = torch.jit.trace(program.module(), item.examples, check_trace=False)
         buffer = io.BytesIO()
         torch.jit.save(traced, buffer, _extra_files={TORCHSCRIPT_INFO: json.dumps(item.info, indent=2)})
     write_bytes(path, buffer.getvalue())

@@ -42,13 +42,23 @@ ENV_PACKAGES = (
 )
 
 
+#: The gymnasium ids rlplug registers itself (rlplug/plugins/envs/masked.py), and their entry points: strings, so
+#: nothing is imported until one is made.
+OWN_IDS = {"rlplug/MaskedCartPole-v1": "rlplug.plugins.envs.masked:MaskedCartPole"}
+
+
 def register_env_packages(env_id: str) -> tuple[str, str] | None:
     """Registers the gymnasium ids of the package of :data:`ENV_PACKAGES` that ``env_id`` looks like it is
-    from; returns ``(pip name, extra)`` where that package is not installed."""
+    from, and rlplug's own (:data:`OWN_IDS`); returns ``(pip name, extra)`` where that package is not installed."""
     import importlib
     import importlib.util
 
+    import gymnasium as gym
     from gymnasium.envs.registration import registry
+
+    for own_id, entry_point in OWN_IDS.items():
+        if own_id not in registry:
+            gym.register(own_id, entry_point=entry_point, max_episode_steps=500, reward_threshold=475.0)
 
     for module, pip_name, extra, ids in ENV_PACKAGES:
         if not ids.fullmatch(env_id):
@@ -203,6 +213,9 @@ def make_gym(
       as gymnasium's NormalizeReward; left unscaled out of training (evaluation).
     - ``clip_rewards``, ``episodic_life``: Atari's training-only shaping, off in evaluation, which plays whole
       games and counts the game's score.
+    - A Dict observation with an ``action_mask`` entry (MultiBinary(n)) masks a Discrete action of n choices:
+      every discrete algorithm chooses only allowed actions (``env.action_mask``; rlplug registers
+      ``rlplug/MaskedCartPole-v1``, CartPole with a random mask, to try it).
     - ``vectorization``: "async" steps each copy in a worker process of its own; the workers ignore Ctrl-C
       (the run stops after the iteration and closes them) and end with the run however it ends. "vector"
       steps every copy at once by gymnasium's array env of the id, with the episodes "sync" gives.

@@ -18,6 +18,7 @@ from torch import nn
 from torchrl.data import OneHot
 
 from rlplug.algorithms import DQN, build_network, one_env_actions, with_learners
+from rlplug.core.masks import MASK, MASKED_LOGIT
 from rlplug.errors import UserError
 from rlplug.networks import Role, is_discrete, output_size
 from rlplug.plugins.algorithms.c51 import C51Config
@@ -37,6 +38,18 @@ class AtomsFirst(nn.Module):
 
     def forward(self, values: torch.Tensor) -> torch.Tensor:
         return values.unflatten(-1, (-1, self.atoms)).transpose(-1, -2)
+
+
+class LowestWhereMasked(nn.Module):
+    """``[..., atoms, actions]`` logits whose disallowed actions (the env's ``action_mask``) put all their mass
+    on the lowest atom: their mean is ``v_min``, so TorchRL's loss, choosing the next action by the mean, picks
+    an allowed one (its ``action_mask_key`` would compare the masked log-probabilities' means, where a masked
+    action's is 0). An allowed action's atoms are untouched."""
+
+    def forward(self, values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        lowest = torch.full_like(values[..., :, :1], MASKED_LOGIT)
+        lowest[..., 0, :] = 0.0
+        return torch.where(mask.bool().unsqueeze(-2), values, lowest)
 
 
 class ExpectedValues(nn.Module):
@@ -92,6 +105,9 @@ def torchrl_loss(networks: Mapping[str, Any], settings: Any, action_spec, *, obs
 
     network = networks["q_network"]
     atoms = TensorDictModule(AtomsFirst(settings.atoms), in_keys=["action_value"], out_keys=["action_value"])
+    if observation_spec is not None and MASK in observation_spec.keys():  # the next action among allowed ones
+        atoms = TensorDictSequential(atoms, TensorDictModule(LowestWhereMasked(), in_keys=["action_value", MASK],
+                                                             out_keys=["action_value"]))
     space = "one_hot" if isinstance(action_spec, OneHot) else "categorical"
     device = next(network.parameters()).device
     actor = DistributionalQValueActor(TensorDictSequential(network, atoms), support=support(settings, device),

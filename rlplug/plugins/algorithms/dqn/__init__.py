@@ -40,12 +40,13 @@ def make_dqn_loss(
     loss_function: Distance | None = None,
     #: double DQN (unset: the algorithm's double)
     double_dqn: bool | None = None,
+    observation_spec=None,  # context (rlplug fills it in): whether the env masks actions
 ):
     """TorchRL's DQNLoss, built with the algorithm's Q-network; the discount is the algorithm's gamma."""
     from rlplug.plugins.algorithms.dqn import algorithm
 
-    return algorithm.torchrl_loss(networks, settings, action_spec, loss_function=loss_function,
-                                  double_dqn=double_dqn)
+    return algorithm.torchrl_loss(networks, settings, action_spec, observation_spec=observation_spec,
+                                  loss_function=loss_function, double_dqn=double_dqn)
 
 
 @hookimpl

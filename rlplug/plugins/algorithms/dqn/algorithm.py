@@ -24,6 +24,7 @@ from torchrl.objectives import LossModule
 
 from rlplug.core.acting import tensor_function
 from rlplug.core.actions import action_layout
+from rlplug.core.masks import MASK, masked_values, random_allowed
 from rlplug.core.module_values import BufferedValue
 from rlplug.errors import UserError
 from rlplug.plugins.algorithms.networks import build_network
@@ -37,29 +38,32 @@ from rlplug.registry.networks import QNetworks
 class EpsilonGreedy(TensorDictModuleBase):
     """``action_value -> action``: the greedy action, replaced by a uniformly random one with probability
     :attr:`epsilon` while exploring (never in deterministic evaluation). Actions are one-hot vectors or
-    indices, as the env's action spec has them."""
+    indices, as the env's action spec has them. With ``masked``, both choose among the actions the env's
+    ``action_mask`` allows (the greedy one by TorchRL's ``QValueModule`` rule, :func:`masked_values`)."""
 
     #: float64 keeps the recipe's value exact
     epsilon = BufferedValue("scheduled_epsilon", torch.float64)
 
-    def __init__(self, action_spec, epsilon: float):
+    def __init__(self, action_spec, epsilon: float, masked: bool = False):
         super().__init__()
-        self.in_keys, self.out_keys = ["action_value"], ["action"]
+        self.in_keys, self.out_keys = ["action_value", *([MASK] if masked else [])], ["action"]
         self.one_hot = isinstance(action_spec, OneHot)
+        self.masked = masked
         self.epsilon = float(epsilon)
 
     def forward(self, data: TensorDictBase) -> TensorDictBase:
-        data.set("action", self.act_on(data.get("action_value")))
+        data.set("action", self.act_on(data.get("action_value"), data.get(MASK) if self.masked else None))
         return data
 
-    def act_on(self, values: torch.Tensor) -> torch.Tensor:
+    def act_on(self, values: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """The action for ``[..., actions]`` Q-values (what :meth:`forward` writes; the collector's array road
-        and seeds acting together call it directly)."""
-        index = values.argmax(-1)
+        and seeds acting together call it directly), among the allowed ones where ``mask`` is given."""
+        index = masked_values(values, mask).argmax(-1)
         epsilon = self.epsilon
         if exploring() and epsilon > 0:
             explore = torch.rand(index.shape, device=index.device) < epsilon
-            index = torch.where(explore, torch.randint_like(index, values.shape[-1]), index)
+            random = random_allowed(mask) if mask is not None else torch.randint_like(index, values.shape[-1])
+            index = torch.where(explore, random, index)
         return functional.one_hot(index, values.shape[-1]) if self.one_hot else index
 
 
@@ -91,7 +95,8 @@ class DQN(OffPolicy):
         return {"q_network": self.network}
 
     def exploration_stages(self) -> list[TensorDictModuleBase]:
-        self.greedy = EpsilonGreedy(self.action_spec, self.config.epsilon_start)
+        self.greedy = EpsilonGreedy(self.action_spec, self.config.epsilon_start,
+                                    masked=MASK in self.observation_spec.keys())
         return [self.greedy]
 
     @property
@@ -144,10 +149,10 @@ class DQNObjective(LossModule):
 
     def forward(self, data: TensorDictBase) -> TensorDictBase:
         sample = Sample.of(data)
-        with torch.no_grad():
-            next_values = self.target_q(sample.next_observation).float()
+        with torch.no_grad():  # the max over the next state's allowed actions, where the env masks them
+            next_values = masked_values(self.target_q(sample.next_observation).float(), sample.next_mask)
             if self.double:  # the online network chooses, the target network values
-                best = self.q(sample.next_observation).argmax(-1, keepdim=True)
+                best = masked_values(self.q(sample.next_observation), sample.next_mask).argmax(-1, keepdim=True)
                 next_value = next_values.gather(-1, best)
             else:
                 next_value = next_values.max(-1, keepdim=True).values
@@ -171,10 +176,10 @@ def objective(networks: QNetworks, settings: Any, action_spec=None) -> DQNObject
                         observation_key=network.in_keys[0])
 
 
-def torchrl_loss(networks: QNetworks, settings: Any, action_spec, **values: Any):
+def torchrl_loss(networks: QNetworks, settings: Any, action_spec, observation_spec=None, **values: Any):
     """TorchRL's ``DQNLoss`` with the algorithm's Q-network (double DQN as the algorithm says, unless set in
     ``values``), followed by TorchRL's ``QValueModule`` (which writes the greedy action and its value, as the
-    loss reads them)."""
+    loss reads them; among the allowed actions, the next state's in the target, where the env masks them)."""
     from tensordict.nn import TensorDictSequential
     from torchrl.modules import QValueModule
     from torchrl.objectives import DQNLoss
@@ -183,6 +188,8 @@ def torchrl_loss(networks: QNetworks, settings: Any, action_spec, **values: Any)
 
     space = "one_hot" if isinstance(action_spec, OneHot) else "categorical"  # the spec's shape has the env's dims
     defaults = {"double_dqn": settings.double, "loss_function": "smooth_l1"}
-    q_actor = TensorDictSequential(networks["q_network"], QValueModule(action_space=space))
+    masked = observation_spec is not None and MASK in observation_spec.keys()
+    q_actor = TensorDictSequential(networks["q_network"],
+                                   QValueModule(action_space=space, action_mask_key=MASK if masked else None))
     loss = DQNLoss(q_actor, action_space=space, **unset_to(values, defaults))
     return with_learners(loss, settings.gamma, {"q": "value_network_params"}, {"loss": "q"})

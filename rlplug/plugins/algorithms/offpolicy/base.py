@@ -39,6 +39,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 from torch import nn
 
+from rlplug.core.masks import MASK
 from rlplug.core.training import MetricMean, compile_in_place, summed, updates_stopped
 from rlplug.errors import RlplugWarning, UserError
 from rlplug.networks import is_discrete, observation_key
@@ -135,7 +136,8 @@ class OffPolicy(OffPolicyActing, GradientsInterface, ChangesDuringRun):
                                                self.learners.trained, self.update_targets)
             self.update_targets = fused or self.update_targets
         stages = [behind_preprocessor(actor, self.preprocessor, action_spec), *self.exploration_stages()]
-        self.random_actions = RandomActions(action_spec, env_dims) if config.random_frames > 0 else None
+        self.random_actions = RandomActions(action_spec, env_dims, masked=MASK in observation_spec.keys()) \
+            if config.random_frames > 0 else None
         if self.random_actions is not None:
             stages.append(self.random_actions)
         self.policy: TensorDictModuleBase = stages[0] if len(stages) == 1 else TensorDictSequential(*stages)
@@ -470,11 +472,14 @@ def replay_transitions(batch: TensorDictBase, config: OffPolicyConfigs, key: str
     def flat(entry):  # [envs, time, ...] -> [envs * time, ...], tensor by tensor (cheaper than the TensorDict)
         return batch.get(entry).flatten(0, batch.batch_dims - 1)
 
-    return TensorDict({
+    transitions = TensorDict({
         "observation": flat(key), "action": flat("action"),
         "next": {"observation": flat(("next", key)), "reward": shaped_reward(flat(("next", "reward")), config),
                  "terminated": flat(("next", "terminated"))},
     }, batch_size=[batch.numel()])
+    if MASK in batch.keys():  # the env's allowed actions, now and next (what the policies and the targets read)
+        transitions.update({MASK: flat(MASK), ("next", MASK): flat(("next", MASK))})
+    return transitions
 
 
 def shaped_reward(reward: torch.Tensor, config: OffPolicyConfigs) -> torch.Tensor:
@@ -504,6 +509,8 @@ class NStepWriter:
                      "reward": shaped_reward(batch.get(("next", "reward")), config),
                      "terminated": batch.get(("next", "terminated")), "done": batch.get(("next", "done"))},
         }, batch_size=batch.batch_size)
+        if MASK in batch.keys():  # allowed actions: the window's first step's, and those after its last step
+            steps.update({MASK: batch.get(MASK), ("next", MASK): batch.get(("next", MASK))})
         if steps.ndim == 1:  # one env without a batch dim: [time]
             steps = steps.unsqueeze(0)
         return self.returns(steps, config.gamma)

@@ -32,6 +32,7 @@ from torchrl.objectives import LossModule
 
 from rlplug.core.acting import ActorView, tensor_function
 from rlplug.core.actions import one_env_spec
+from rlplug.core.masks import MASK
 from rlplug.core.recurrent import ObservationSequence, is_recurrent, sequence_function
 from rlplug.core.training import forget_former_buffers
 from rlplug.errors import UserError
@@ -107,6 +108,8 @@ class Sample:
     weight: torch.Tensor | None
     #: with n-step returns (``algorithm.n_steps``), the rewards each transition sums (``[batch, 1]``); else None
     steps: torch.Tensor | None = None
+    #: the next state's allowed actions, where the env masks them (``("next", "action_mask")``)
+    next_mask: torch.Tensor | None = None
 
     @classmethod
     def of(cls, data: TensorDictBase, burn_in: int = 0) -> Sample:
@@ -120,7 +123,7 @@ class Sample:
         steps = data.get("steps_to_next_obs", None)
         return cls(observation, next_observation, data.get("action"), data.get(("next", "reward")).float(),
                    (~terminated.bool()).float(), None if weight is None else weight.reshape(-1, 1),
-                   None if steps is None else steps.reshape(-1, 1))
+                   None if steps is None else steps.reshape(-1, 1), data.get(("next", MASK), None))
 
     def mean(self, loss: torch.Tensor) -> torch.Tensor:
         """Per-sample losses averaged, with prioritised replay's importance weights where there are some."""

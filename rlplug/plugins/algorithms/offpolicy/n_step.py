@@ -24,6 +24,8 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torchrl.data.postprocs import MultiStep
 
+from rlplug.core.masks import MASK
+
 #: MultiStep gathers every ("next", ...) entry but the done flags; the window's last ``terminated`` rides as this
 END_TERMINATED = "end_terminated"
 
@@ -31,7 +33,7 @@ END_TERMINATED = "end_terminated"
 class NStepReturns:
     """n-step transitions from consecutive ``[*envs, time]`` steps, each env's last ``n - 1`` held for the next
     call; ``steps``: ``observation``, ``action`` and ``("next", "observation" | "reward" | "terminated" |
-    "done")``, rewards already shaped."""
+    "done")``, rewards already shaped, and ``action_mask`` with its next where the env masks actions."""
 
     def __init__(self, n_steps: int):
         if n_steps < 2:
@@ -48,17 +50,24 @@ class NStepReturns:
         length = steps.batch_size[-1]
         held = min(self.n_steps - 1, length)
         self.tail = steps[..., length - held:].clone()
-        summed = self.multi_step(gamma)(TensorDict({
+        window = TensorDict({
             "observation": steps.get("observation"), "action": steps.get("action"),
             "next": {"observation": steps.get(("next", "observation")), "reward": steps.get(("next", "reward")),
                      "done": steps.get(("next", "done")), END_TERMINATED: steps.get(("next", "terminated"))},
-        }, batch_size=steps.batch_size))[..., :length - held]
-        return TensorDict({
+        }, batch_size=steps.batch_size)
+        masked = MASK in steps.keys()
+        if masked:  # the first step's allowed actions stay; the next ones are gathered as the next observation is
+            window.update({MASK: steps.get(MASK), ("next", MASK): steps.get(("next", MASK))})
+        summed = self.multi_step(gamma)(window)[..., :length - held]
+        transitions = TensorDict({
             "observation": summed.get("observation"), "action": summed.get("action"),
             "next": {"observation": summed.get(("next", "observation")), "reward": summed.get(("next", "reward")),
                      "terminated": summed.get(("next", END_TERMINATED))},
             "steps_to_next_obs": summed.get("steps_to_next_obs").unsqueeze(-1),
-        }, batch_size=summed.batch_size).reshape(summed.batch_size.numel())  # -1 fails on none
+        }, batch_size=summed.batch_size)
+        if masked:
+            transitions.update({MASK: summed.get(MASK), ("next", MASK): summed.get(("next", MASK))})
+        return transitions.reshape(summed.batch_size.numel())  # -1 fails on none
 
     def multi_step(self, gamma: float) -> MultiStep:
         """TorchRL's MultiStep at the discount of now (``rlplug set gamma`` may change it mid-run)."""

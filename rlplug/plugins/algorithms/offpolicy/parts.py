@@ -12,12 +12,14 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModule, TensorDictModuleBase, TensorDictSequential
 from torch import nn
+from torch.nn import functional
 from torchrl.data import OneHot
 from torchrl.envs.utils import ExplorationType, exploration_type
 from torchrl.modules import ProbabilisticActor
 
 from rlplug.core.acting import ActorView
 from rlplug.core.actions import one_env_spec
+from rlplug.core.masks import MASK, random_allowed
 from rlplug.core.module_values import BufferedValue
 from rlplug.core.training import (
     FlatParameters,
@@ -52,7 +54,10 @@ def behind_preprocessor(network: TensorDictModuleBase, preprocessor: nn.Module |
         view = ActorView.of(network)
         params = TensorDictModule(Preprocessed(preprocessor, view.params_module), in_keys=[view.observation_key],
                                   out_keys=list(view.param_keys))
-        return ProbabilisticActor(params, in_keys=list(view.param_keys), distribution_class=view.distribution_class,
+        in_keys: list | dict = list(view.param_keys)
+        if view.mask_key:  # the env's allowed actions, read as the network read them
+            in_keys = {**{key: key for key in view.param_keys}, "mask": view.mask_key}
+        return ProbabilisticActor(params, in_keys=in_keys, distribution_class=view.distribution_class,
                                   distribution_kwargs=view.distribution_kwargs, spec=action_spec,
                                   return_log_prob=True)
     if isinstance(network, TensorDictModule) and not isinstance(network, TensorDictSequential):
@@ -75,20 +80,26 @@ class RandomActions(TensorDictModuleBase):
 
     active = BufferedValue("random_phase", torch.bool)
 
-    def __init__(self, action_spec, env_dims: int):
+    def __init__(self, action_spec, env_dims: int, masked: bool = False):
         super().__init__()
-        self.in_keys, self.out_keys = ["action"], ["action"]
+        self.in_keys, self.out_keys = ["action", *([MASK] if masked else [])], ["action"]
         self.spec = one_env_spec(action_spec, env_dims)
         self.one_hot = isinstance(self.spec, OneHot)  # DQN's random phase, in the env's layout
+        self.masked = masked
         self.active = True
 
     def forward(self, data: TensorDictBase) -> TensorDictBase:
-        data.set("action", self.act_on(data.get("action")))
+        data.set("action", self.act_on(data.get("action"), data.get(MASK) if self.masked else None))
         return data
 
-    def act_on(self, action: torch.Tensor) -> torch.Tensor:
-        """A random action of the same batch shape in place of ``action`` while active and exploring."""
-        if self.active and exploring():
+    def act_on(self, action: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """A random action of the same batch shape in place of ``action`` while active and exploring; an
+        allowed one where ``mask`` (the env's ``action_mask``) is given."""
+        if exploring() and self.active:  # exploring first: no buffer read while exporting
+            if mask is not None:
+                index = random_allowed(mask)
+                return functional.one_hot(index, mask.shape[-1]).to(action.dtype) if self.one_hot \
+                    else index.reshape(action.shape).to(action.dtype)
             return self.spec.rand(action.shape[: action.ndim - self.spec.ndim]).to(action.device)
         return action
 

@@ -177,6 +177,8 @@ class OnPolicy(OnPolicyActing, Sequences, GradientsInterface, ChangesDuringRun):
         flat = self.estimate(batch).reshape(-1)
         actor = self.actor
         keys = [self.observation_key, actor.action_key, actor.log_prob_key, "advantage"]
+        if actor.mask_key:  # the loss's distribution is the collection's: masked alike
+            keys.append(actor.mask_key)
         if self.critic:
             keys += ["value_target", "state_value"]
         data = {key: flat.get(key) for key in keys}
@@ -276,15 +278,18 @@ def approx_kl(ratio: torch.Tensor, log_ratio: torch.Tensor) -> torch.Tensor:
 
 
 def log_prob_and_entropy(view: ActorView, observation: torch.Tensor, action: torch.Tensor,
-                         with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+                         with_entropy: bool = False, mask: torch.Tensor | None = None
+                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The log-probability of the taken ``action`` under the policy now (differentiable), and its entropy when
-    asked for: what the losses and IMPALA's V-trace read. A categorical head's come from its logits directly."""
+    asked for: what the losses and IMPALA's V-trace read. A categorical head's come from its logits directly;
+    ``mask``: the allowed actions where the head is masked (the collection's, so the ratio compares like with
+    like)."""
     if view.categorical:
-        log_probs = view.params_module(observation).log_softmax(-1)
+        log_probs = view.logits(observation, mask).log_softmax(-1)
         index = action.argmax(-1, keepdim=True) if view.one_hot else action.unsqueeze(-1)
         log_prob = log_probs.gather(-1, index).squeeze(-1)
         return log_prob, (-(log_probs.exp() * log_probs).sum(-1) if with_entropy else None)
-    dist = view.distribution(observation)
+    dist = view.distribution(observation, mask)
     return dist.log_prob(action), (entropy(dist) if with_entropy else None)
 
 
@@ -369,8 +374,9 @@ class OnPolicyLoss(LossModule):
         advantage = tensordict.get(keys.advantage).reshape(-1)
         if self.normalize_advantage and advantage.numel() > 1:
             advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+        mask = tensordict.get(self.view.mask_key) if self.view.mask_key else None
         log_prob, entropy = log_prob_and_entropy(self.view, observation, tensordict.get(keys.action),
-                                                 with_entropy=self.entropy_coef > 0 or self.diagnostics)
+                                                 with_entropy=self.entropy_coef > 0 or self.diagnostics, mask=mask)
         log_ratio = log_prob - tensordict.get(keys.sample_log_prob)
         out: dict[str, torch.Tensor] = {"loss_objective": self.policy_objective(log_prob, log_ratio, advantage)}
         if self.value is not None:
