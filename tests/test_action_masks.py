@@ -235,3 +235,23 @@ def test_masked_cartpole_trains_with_the_canonical_recipe(tmp_path):
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["status"] == "finished"
     assert summary["eval_return_mean"] > 0  # a masked action would end an episode at -100
+
+
+def test_impalas_v_trace_ratio_reads_the_mask(tmp_path):
+    """IMPALA scores the taken actions under the policy of now for V-trace: on a masked env, with the weights
+    the batch was collected with, that is the collection's own log-probability (the ratio 1), not the unmasked
+    head's."""
+    from rlplug.plugins.estimators.returns import TARGET_LOG_PROB
+
+    agent = rlplug.Agent.from_recipe(ROOT / "recipes" / "cartpole-impala-ray.toml", out=tmp_path / "run", **{
+        "runner": {"use": "local"}, "env.id": ENV_ID, "env.num_envs": 2, "run.total_frames": 64,
+        "algorithm.frames_per_batch": 64, "loggers": []})
+    try:
+        favour_first_action(agent, "ppo")
+        batch = agent.run.collector.collect()
+        collected = batch.get("action_log_prob").clone()
+        assert bool((collected > -1.0).all())  # each step had two allowed actions and a uniform choice among them
+        estimated = agent.algorithm.estimate(batch).get(TARGET_LOG_PROB)
+        assert torch.allclose(estimated, collected, atol=1e-5)
+    finally:
+        agent.close()

@@ -35,8 +35,10 @@ class IMPALA(OnPolicy):
         """The current policy's log-probability of each taken action, then critic values and V-trace."""
         actor = self.actor
         observations, actions = batch.get(actor.observation_key), batch.get(actor.action_key)
+        mask = batch.get(actor.mask_key).reshape(-1, *batch.get(actor.mask_key).shape[batch.ndim:]) \
+            if actor.mask_key else None  # a masked head: V-trace's ratio against the collection's masked policy
         log_prob, _ = log_prob_and_entropy(actor, observations.reshape(-1, *observations.shape[batch.ndim:]),
-                                           actions.reshape(-1, *actions.shape[batch.ndim:]))
+                                           actions.reshape(-1, *actions.shape[batch.ndim:]), mask=mask)
         batch.set(TARGET_LOG_PROB, log_prob.reshape(batch.batch_size))
         return super().estimate(batch)
 
