@@ -221,6 +221,14 @@ def test_asking_for_a_mask_on_an_env_without_one_refused(tmp_path):
     one_line_error(result, "env.action_mask", "no 'action_mask' entry")
 
 
+def test_flattening_a_masked_observation_refused(tmp_path):
+    """Flattened, the mask would be features the networks read and the actions would go unmasked."""
+    result = run_cli("run", str(ROOT / "recipes" / "cartpole-ppo.toml"), "--set", "env.id=rlplug/MaskedCartPole-v1",
+                     "--set", "env.flatten_observations=true", "--out", str(tmp_path / "run"))
+    one_line_error(result, "env.flatten_observations", "action_mask")
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.slow
 def test_masked_cartpole_trains_with_the_canonical_recipe(tmp_path):
     result = run_cli("check-env", str(ROOT / "recipes" / "cartpole-ppo.toml"), "--set",

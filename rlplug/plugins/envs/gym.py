@@ -273,6 +273,10 @@ def _shape_observations(env_id: str, flatten: bool, frame_stack: int,
 
     def shape(env: gym.Env) -> gym.Env:
         space = env.observation_space
+        if flatten and isinstance(space, spaces.Dict) and "action_mask" in space.spaces:
+            raise UserError(f"{env_id}'s observation holds an action_mask, which flattening would turn into features "
+                            f"and never apply to the actions; unset flatten_observations (the mask is applied, the "
+                            f"other entries read)", path="env.flatten_observations")
         if isinstance(space, spaces.Dict) and not flatten:
             return pack_entries(env, env_id, frame_stack, indices)
         if isinstance(space, spaces.Tuple) and not flatten:
