@@ -65,6 +65,23 @@ def test_the_scale_is_the_square_root_of_z_squared_times_sigma_squared_summed_ov
     torch.testing.assert_close(loc, scale.head(z))
 
 
+@pytest.mark.parametrize("learn_features", [False, True])
+def test_the_scale_reaches_the_features_only_where_they_learn(learn_features):
+    scale = StateDependentScale(nn.Linear(3, 4), nn.Linear(4, 2), log_std_init=0.0, learn_features=learn_features)
+    scale.scale_of(scale.body(torch.randn(5, 3))).sum().backward()
+    assert scale.log_std.grad is not None and scale.log_std.grad.abs().sum() > 0
+    reached = scale.body.weight.grad is not None and bool(scale.body.weight.grad.abs().sum() > 0)
+    assert reached == learn_features
+
+
+def test_sac_learns_the_features_through_the_scale_and_ppo_does_not(tmp_path):
+    """As Stable-Baselines3 does: its SAC actor sets learn_features, its PPO policy keeps the default (detached)."""
+    for recipe, learns in (("pendulum-sac", True), ("pendulum-ppo", False)):
+        agent = rlplug.Agent.from_recipe(RECIPES / f"{recipe}.toml", out=tmp_path / recipe, **SMALL_OF[recipe], **SDE)
+        explorer = next(m for m in agent.run.algorithm.policy.modules() if isinstance(m, ExplorationMatrices))
+        assert explorer.scale.learn_features is learns, recipe
+
+
 def test_the_log_probability_is_a_normal_of_that_variance():
     policy, _, _ = gsde_policy(squash="none")
     observation = torch.randn(3, 4)
@@ -163,6 +180,7 @@ PPO_SMALL = {"run": {"total_frames": 256}, "eval": {"episodes": 1, "every_frames
              "algorithm.frames_per_batch": 128, "algorithm.minibatch_size": 64, "algorithm.epochs": 2,
              "algorithm.policy.hidden": [16], "algorithm.critic.hidden": [16]}
 OBSERVATIONS = np.array([[0.5, -0.5, 0.1], [0.1, 0.2, -0.3]], dtype=np.float32)
+SMALL_OF = {"pendulum-sac": SMALL, "pendulum-ppo": PPO_SMALL}
 #: what each small run's policy chose for OBSERVATIONS after training at seed 0, at commit 036fb7a (before gSDE):
 #: the same collection, the same updates, the same draws from the generator
 BEFORE_GSDE = {"pendulum-sac": [[-0.023399537429213524], [-0.3676877021789551]],
@@ -257,3 +275,23 @@ def test_the_mountaincar_gsde_recipe_runs(tmp_path):
     assert result.returncode == 0, result.stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["frames"] >= 600 and np.isfinite(summary["eval_return_mean"])
+
+
+@pytest.mark.slow
+def test_the_onnx_export_acts_with_the_mean(tmp_path):
+    import onnxruntime
+
+    run_dir = tmp_path / "run"
+    result = run_cli("run", "recipes/pendulum-sac.toml", "--out", str(run_dir), "--set", "algorithm.use_sde=true",
+                     "--set", "run.total_frames=200", "--set", "algorithm.learning_starts=64",
+                     "--set", "algorithm.batch_size=32", "--set", "eval.every_frames=0", "--set", "eval.episodes=1")
+    assert result.returncode == 0, result.stderr
+    result = run_cli("export", str(run_dir), "--format", "onnx", "-o", str(tmp_path / "policy.onnx"))
+    assert result.returncode == 0, result.stderr
+    session = onnxruntime.InferenceSession(str(tmp_path / "policy.onnx"), providers=["CPUExecutionProvider"])
+    got = session.run(["action"], {"observation": OBSERVATIONS})[0]
+    agent = rlplug.Agent.load(run_dir / "checkpoint.pt", out=tmp_path / "agent")
+    np.testing.assert_allclose(got, agent.select_action(OBSERVATIONS), rtol=1e-5, atol=1e-5)
+    explorer = next(m for m in agent.run.algorithm.policy.modules() if isinstance(m, ExplorationMatrices))
+    loc, _ = explorer.scale(torch.as_tensor(OBSERVATIONS))
+    np.testing.assert_allclose(got, 2 * torch.tanh(loc).detach().numpy(), rtol=1e-5, atol=1e-5)

@@ -6,14 +6,17 @@ copy) is drawn from ``N(0, sigma^2)`` element by element (``sigma = exp(log_std)
 ``[features, actions]`` parameter) and kept for several steps: the noise changes smoothly with the state
 instead of jumping at every step. Given ``z``, that noise is Gaussian with variance ``z^2 @ sigma^2`` per
 action dimension, so the policy the loss trains is the Gaussian ``N(mu, z^2 @ sigma^2)`` (squashed by tanh
-where the head squashes), read with ``z`` detached: the scale learns through ``sigma`` only, as the paper
-(and Stable-Baselines3 by default) does.
+where the head squashes). Where ``learn_features`` (the off-policy family, as Stable-Baselines3's SAC sets it) the
+scale's gradient reaches the features too, so SAC's entropy term can widen the exploration through ``z`` as well
+as ``sigma``; otherwise (the on-policy family, Stable-Baselines3's default for PPO) ``z`` is detached there.
 
 Two modules share the parameters: the learned actor keeps its ``(loc, scale)`` head (:class:`StateDependentScale`
 in place of the one the network built), so every loss reads it unchanged (rlplug's, TorchRL's, a plugin's), and
 :func:`state_dependent_exploration` returns the acting actor around the same module, whose distribution
 (:class:`StateDependentGaussian`) samples the ``theta`` action. Its log-probability is the learned Gaussian's
-(what PPO's ratio reads).
+(what PPO's ratio reads). A loss draws each transition's action from that Gaussian on its own, where
+Stable-Baselines3's SAC draws one matrix per gradient step for the whole batch: the same distribution per
+transition, the draws independent across the batch.
 
 TorchRL's ``gSDEModule`` was not used: it maps sigma through a softplus floored at 0.01 and starts its
 parameter at zero whatever ``sigma_init`` says (so no ``log_std_init``), keeps the features attached, and
@@ -44,11 +47,13 @@ TANH_MEAN_CLIP = 2.0
 
 class StateDependentScale(nn.Module):
     """``observation -> (loc, scale)``: ``z = body(observation)``, ``loc = head(z)`` (clipped to
-    ``[-clip_mean, clip_mean]`` where given), ``scale = sqrt(z.detach()^2 @ exp(log_std)^2 + 1e-6)``."""
+    ``[-clip_mean, clip_mean]`` where given), ``scale = sqrt(z^2 @ exp(log_std)^2 + 1e-6)``, ``z`` detached there
+    unless ``learn_features``."""
 
-    def __init__(self, body: nn.Module, head: nn.Linear, log_std_init: float = 0.0, clip_mean: float | None = None):
+    def __init__(self, body: nn.Module, head: nn.Linear, log_std_init: float = 0.0, clip_mean: float | None = None,
+                 learn_features: bool = False):
         super().__init__()
-        self.body, self.head, self.clip_mean = body, head, clip_mean
+        self.body, self.head, self.clip_mean, self.learn_features = body, head, clip_mean, learn_features
         self.log_std = nn.Parameter(torch.full((head.in_features, head.out_features), float(log_std_init),
                                                device=head.weight.device))
 
@@ -61,7 +66,8 @@ class StateDependentScale(nn.Module):
         return loc, features
 
     def scale_of(self, features: torch.Tensor) -> torch.Tensor:
-        variance = features.detach().pow(2) @ (2 * self.log_std).exp()
+        features = features if self.learn_features else features.detach()
+        variance = features.pow(2) @ (2 * self.log_std).exp()
         return (variance + VARIANCE_FLOOR).sqrt()
 
     def forward(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -194,14 +200,14 @@ def split_trunk(trunk: nn.Module) -> tuple[nn.Sequential, nn.Linear]:
 
 
 def state_dependent_exploration(policy: ProbabilisticActor, *, log_std_init: float, steps_per_batch: int,
-                                sample_freq: int = -1) -> ProbabilisticActor:
+                                sample_freq: int = -1, learn_features: bool = False) -> ProbabilisticActor:
     """Give ``policy`` (a Gaussian actor of rlplug's heads: a body, a linear output layer, a ``(loc, scale)``
     head) gSDE's scale in place, and return the acting actor that explores with it (the same parameters).
 
     The body is kept; the output layer's mean rows become the mean (a state-dependent head's scale rows are
     dropped, a state-independent log-std vector too); ``log_std`` (``[features, actions]``) starts at
-    ``log_std_init``. A tanh-squashed mean is clipped to ``[-2, 2]`` before squashing. ``ValueError`` for a
-    policy of another shape."""
+    ``log_std_init``. A tanh-squashed mean is clipped to ``[-2, 2]`` before squashing. ``learn_features``: the
+    scale's gradient reaches the body. ``ValueError`` for a policy of another shape."""
     from rlplug.core.heads import StateIndependentScale
 
     params, module, distribution, kwargs = gaussian_parts(policy)
@@ -221,7 +227,8 @@ def state_dependent_exploration(policy: ProbabilisticActor, *, log_std_init: flo
         raise ValueError("gSDE needs a policy network built by rlplug.core.heads.with_head or wrap (mlp, "
                          "sequential, cnn): a trunk ending in a Linear layer, then the Gaussian head")
     scale = StateDependentScale(body, mean, log_std_init,
-                                clip_mean=TANH_MEAN_CLIP if issubclass(distribution, TanhNormal) else None)
+                                clip_mean=TANH_MEAN_CLIP if issubclass(distribution, TanhNormal) else None,
+                                learn_features=learn_features)
     params.module = scale  # in place: every holder of the policy (the algorithm, its loss) trains gSDE's scale
     exploring = TensorDictModule(ExplorationMatrices(scale, steps_per_batch, sample_freq),
                                  in_keys=list(params.in_keys), out_keys=["loc", "scale", "sde_noise"])

@@ -115,7 +115,7 @@ class OffPolicy(OffPolicyActing, GradientsInterface, ChangesDuringRun):
                             path="algorithm.use_sde_at_warmup")
         if sde:  # the built actor gets gSDE's scale in place (the loss trains it); this one explores around it
             actor = state_dependent_actor(actor, config, action_spec=action_spec, algorithm=type(self).__name__.lower(),
-                                          steps_per_batch=config.steps_per_update)
+                                          steps_per_batch=config.steps_per_update, learn_features=True)
         self.loss_module = protocols.conform(protocols.Loss, config.loss.build(
             networks=self.trained_networks(), settings=config, observation_spec=observation_spec,
             action_spec=action_spec, device=device,

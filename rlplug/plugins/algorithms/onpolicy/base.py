@@ -92,7 +92,8 @@ class OnPolicy(OnPolicyActing, Sequences, GradientsInterface, ChangesDuringRun):
             envs = max(1, observation_spec.shape.numel())
             self.policy = state_dependent_actor(policy, config, action_spec=action_spec,
                                                 algorithm=type(self).__name__.lower(),
-                                                steps_per_batch=max(1, config.frames_per_batch // envs))
+                                                steps_per_batch=max(1, config.frames_per_batch // envs),
+                                                learn_features=False)
         #: the policy's distribution as a function of what it reads: its core's features where it is recurrent
         self.actor = ActorView.of(policy.head if isinstance(policy, RecurrentNetwork) else policy)
         self.observation_key = policy.observation_key if isinstance(policy, RecurrentNetwork) \
