@@ -4,7 +4,9 @@ Workloads: ``ppo-cartpole`` (the canonical recipe against SB3 PPO with the same 
 hyperparameters), ``ddpg-pendulum`` (``recipes/pendulum-ddpg.toml`` against SB3 DDPG with the recipe's
 hyperparameters) and ``dqn-cartpole`` (``recipes/cartpole-dqn.toml`` against SB3 DQN with the zoo's settings the
 recipe starts from) and ``ppo-lstm-cartpole-novel`` (``recipes/cartpole-novel-ppo-lstm.toml`` against
-sb3-contrib's RecurrentPPO with the recipe's hyperparameters). ``ppo-cartpole`` has a third column, the eager
+sb3-contrib's RecurrentPPO with the recipe's hyperparameters) and ``sac-gsde-mountaincar``
+(``recipes/mountaincarcontinuous-sac-gsde.toml`` against SB3's SAC with gSDE and the zoo's settings).
+``ppo-cartpole`` has a third column, the eager
 floor: ``benchmarks/peers/eager_ppo_cartpole.py``, a single-file PPO in plain eager PyTorch with the recipe's
 hyperparameters (what a careful user writes by hand), so the ratios say what rlplug's layers cost over plain torch
 as well as over SB3. Each training run is a whole child process, so
@@ -76,6 +78,10 @@ WORKLOADS = {
     "ppo-lstm-cartpole-novel": Workload("recipes/cartpole-novel-ppo-lstm.toml",
                                         "benchmarks/peers/sb3_recurrent_ppo_cartpole_novel.py", 100_000, 475.0,
                                         same_work=("eval.every_frames=0",)),
+    # 90: MountainCarContinuous-v0's reward_threshold in gymnasium; rl-baselines3-zoo's SAC with gSDE on both sides
+    "sac-gsde-mountaincar": Workload("recipes/mountaincarcontinuous-sac-gsde.toml",
+                                     "benchmarks/peers/sb3_sac_gsde_mountaincar.py", 50_000, 90.0,
+                                     same_work=("eval.every_frames=0",)),
 }
 SYSTEMS = ("rlplug", "eager", "sb3")
 #: the peers rlplug's times are divided by, in the report's order

@@ -37,6 +37,16 @@ def rate_problem(lr: float) -> str | None:
 
 #: a learning rate: positive, at most :data:`MAX_LR`
 Rate = Annotated[float, Range(gt=0.0), Check(rate_problem)]
+def sample_freq_problem(value: int) -> str | None:
+    """What is wrong with ``sde_sample_freq``: -1 or a positive number of steps."""
+    if value == 0 or value < -1:
+        return (f"must be a number of env steps >= 1 between new exploration matrices, or -1 for one at the start "
+                f"of each batch only, got {value}")
+    return None
+
+
+#: gSDE's steps between new exploration matrices: >= 1, or -1 (only at the start of each batch)
+SampleFreq = Annotated[int, Check(sample_freq_problem)]
 OPTIMIZERS = Literal["adam", "adamw", "sgd", "rmsprop"]
 SCHEDULES = Literal["constant", "linear", "cosine"]
 

@@ -40,3 +40,31 @@ def check_masked(network, component, context: dict) -> None:
         raise UserError(f"the env allows only some actions at each step ('{MASK}'), and this policy network does "
                         f"not read the mask (recurrent policies and heads not made by rlplug.networks.wrap do "
                         f"not yet)", path=f"algorithm.{component.path}")
+
+
+def state_dependent_actor(policy: TensorDictModuleBase, config, *, action_spec, algorithm: str,
+                          steps_per_batch: int, learn_features: bool) -> TensorDictModuleBase:
+    """gSDE (``use_sde``) for either family: ``policy`` (the actor the loss trains) given gSDE's scale in place,
+    and the acting actor exploring around it (:mod:`rlplug.core.sde`); one line at ``algorithm.use_sde`` where
+    the policy has no Gaussian for it to move. ``log_std_init`` is read from the policy's table (0 where its
+    network takes none); ``learn_features``: the scale's gradient reaches the policy's body (Stable-Baselines3's
+    SAC; its PPO detaches it)."""
+    from rlplug.core.heads import is_discrete
+    from rlplug.core.recurrent import is_recurrent
+    from rlplug.core.sde import state_dependent_exploration
+
+    if is_discrete(action_spec):
+        raise UserError("gSDE moves the mean of a Gaussian policy, and this env's actions are discrete; leave "
+                        "use_sde unset", path="algorithm.use_sde")
+    if is_recurrent(policy):
+        raise UserError("gSDE takes feed-forward policies for now, and this one is recurrent (lstm, gru)",
+                        path="algorithm.use_sde")
+    try:
+        return state_dependent_exploration(policy, log_std_init=float(config.policy.params.get("log_std_init", 0.0)),
+                                           steps_per_batch=steps_per_batch, sample_freq=config.sde_sample_freq,
+                                           learn_features=learn_features)
+    except TypeError:  # not a ProbabilisticActor: a deterministic actor
+        raise UserError(f"gSDE moves the mean of a Gaussian policy, and {algorithm}'s actor is deterministic; "
+                        f"explore with exploration_noise, or use sac", path="algorithm.use_sde") from None
+    except ValueError as error:
+        raise UserError(str(error), path="algorithm.use_sde") from None

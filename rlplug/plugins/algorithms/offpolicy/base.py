@@ -44,7 +44,7 @@ from rlplug.core.training import MetricMean, compile_in_place, summed, updates_s
 from rlplug.errors import RlplugWarning, UserError
 from rlplug.networks import is_discrete, observation_key
 from rlplug.plugins.algorithms.acting import OffPolicyActing
-from rlplug.plugins.algorithms.networks import build_network
+from rlplug.plugins.algorithms.networks import build_network, state_dependent_actor
 from rlplug.plugins.algorithms.offpolicy.config import DQNConfig, OffPolicyConfigs, PolyakTargets, SequencesConfig
 from rlplug.plugins.algorithms.offpolicy.contract import check_loss_contract, check_state_kept, plugin_mistake
 from rlplug.plugins.algorithms.offpolicy.gradients import GradientsInterface
@@ -111,6 +111,13 @@ class OffPolicy(OffPolicyActing, GradientsInterface, ChangesDuringRun):
         self.sequences = False  # build() says whether the networks learn from sequences (recurrent ones)
 
         actor = self.build()  # the subclass's networks; the actor that acts
+        sde = bool(getattr(config, "use_sde", False))  # the actor-critics' keys (ActorCriticConfig)
+        if getattr(config, "use_sde_at_warmup", False) and not sde:
+            raise UserError("acts with gSDE during random_frames, so it needs use_sde = true",
+                            path="algorithm.use_sde_at_warmup")
+        if sde:  # the built actor gets gSDE's scale in place (the loss trains it); this one explores around it
+            actor = state_dependent_actor(actor, config, action_spec=action_spec, algorithm=type(self).__name__.lower(),
+                                          steps_per_batch=config.steps_per_update, learn_features=True)
         self.loss_module = protocols.conform(protocols.Loss, config.loss.build(
             networks=self.trained_networks(), settings=config, observation_spec=observation_spec,
             action_spec=action_spec, device=device,
@@ -136,8 +143,9 @@ class OffPolicy(OffPolicyActing, GradientsInterface, ChangesDuringRun):
                                                self.learners.trained, self.update_targets)
             self.update_targets = fused or self.update_targets
         stages = [behind_preprocessor(actor, self.preprocessor, action_spec), *self.exploration_stages()]
+        random_phase = config.random_frames > 0 and not (sde and getattr(config, "use_sde_at_warmup", False))
         self.random_actions = RandomActions(action_spec, env_dims, masked=MASK in observation_spec.keys()) \
-            if config.random_frames > 0 else None
+            if random_phase else None
         if self.random_actions is not None:
             stages.append(self.random_actions)
         self.policy: TensorDictModuleBase = stages[0] if len(stages) == 1 else TensorDictSequential(*stages)

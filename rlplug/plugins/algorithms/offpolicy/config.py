@@ -32,6 +32,7 @@ from rlplug.plugins.algorithms.common import (
     Frames,
     Positive,
     Rate,
+    SampleFreq,
     loss_fits,
     named,
     rate_problem,
@@ -132,6 +133,15 @@ class ActorCriticConfig(OffPolicyConfig):
     lr: LearningRate = 1e-3
     #: the noise added to actions while collecting (unset: none)
     exploration_noise: Noise | None = named(Noise, "gaussian")
+    #: generalised state-dependent exploration (gSDE), for a Gaussian actor (sac's, not ddpg's or td3's): collect
+    #: with mean + z(s) @ theta, z(s) the actor's last hidden features and theta ~ N(0, sigma^2) a learned-scale
+    #: matrix kept for several steps (the policy table's log_std_init is log sigma's initial value)
+    use_sde: bool = False
+    #: gSDE: env steps between new exploration matrices; -1: one at the start of each batch
+    #: (every steps_per_update steps) only
+    sde_sample_freq: SampleFreq = -1
+    #: gSDE: act with it during random_frames too, instead of uniformly random actions
+    use_sde_at_warmup: bool = False
 
 
 @dataclass(frozen=True)

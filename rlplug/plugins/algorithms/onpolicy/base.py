@@ -54,7 +54,7 @@ from rlplug.core.training import (
 from rlplug.errors import UserError
 from rlplug.networks import share_body
 from rlplug.plugins.algorithms.acting import OnPolicyActing
-from rlplug.plugins.algorithms.networks import build_network
+from rlplug.plugins.algorithms.networks import build_network, state_dependent_actor
 from rlplug.plugins.algorithms.onpolicy.config import OnPolicyConfig
 from rlplug.plugins.algorithms.onpolicy.gradients import GradientsInterface
 from rlplug.plugins.algorithms.onpolicy.sequences import Sequences
@@ -80,25 +80,33 @@ class OnPolicy(OnPolicyActing, Sequences, GradientsInterface, ChangesDuringRun):
         self.policy: TensorDictModuleBase = build_network(config.policy, role="policy", **specs)
         self.critic = build_network(config.critic, role="value", **specs) if self.uses_critic else None
         self.recurrent = self.check_recurrence()
-        #: the policy's distribution as a function of what it reads: its core's features where it is recurrent
-        policy = self.policy
-        self.actor = ActorView.of(policy.head if isinstance(policy, RecurrentNetwork) else policy)
-        self.observation_key = policy.observation_key if isinstance(policy, RecurrentNetwork) \
-            else self.actor.observation_key
-        #: a recurrent critic's state at the end of the last batch, where the next batch of the same envs goes on
-        self.critic_carry: list[torch.Tensor] | None = None
         if self.critic is not None and config.shared_body:
             try:
                 share_body(self.policy, self.critic)
             except ValueError as error:
                 raise UserError(str(error), path="algorithm.shared_body") from None
+        #: the policy the loss trains and checkpoints keep; :attr:`policy` acts (the same one, but with ``use_sde``
+        #: the actor exploring around it with gSDE, sharing its parameters)
+        self.trained_policy = policy = self.policy
+        if config.use_sde:
+            envs = max(1, observation_spec.shape.numel())
+            self.policy = state_dependent_actor(policy, config, action_spec=action_spec,
+                                                algorithm=type(self).__name__.lower(),
+                                                steps_per_batch=max(1, config.frames_per_batch // envs),
+                                                learn_features=False)
+        #: the policy's distribution as a function of what it reads: its core's features where it is recurrent
+        self.actor = ActorView.of(policy.head if isinstance(policy, RecurrentNetwork) else policy)
+        self.observation_key = policy.observation_key if isinstance(policy, RecurrentNetwork) \
+            else self.actor.observation_key
+        #: a recurrent critic's state at the end of the last batch, where the next batch of the same envs goes on
+        self.critic_carry: list[torch.Tensor] | None = None
         self.value = tensor_function(self.critic, [self.observation_key]) \
             if self.critic and not is_recurrent(self.critic) else None
         #: (estimator, the keys taken from it): the advantage estimator may give a value target too (``mc``,
         #: ``td-lambda``...), used unless a ``value_target`` estimator is set, which never changes the advantage.
         self.estimators = [(e.build(), keys) for e, keys in ((config.advantage, ("advantage", "value_target")),
                                                              (config.value_target, ("value_target",))) if e is not None]
-        modules = [self.policy, *([self.critic] if self.critic else [])]
+        modules = [self.trained_policy, *([self.critic] if self.critic else [])]
         self.parameters = list({id(p): p for m in modules for p in m.parameters()}.values())
         #: the parameters in one tensor where they fit (what the optimiser steps), else the list itself
         self.trained = FlatParameters.where_possible(self.parameters)
@@ -216,7 +224,7 @@ class OnPolicy(OnPolicyActing, Sequences, GradientsInterface, ChangesDuringRun):
 
     def networks(self) -> dict[str, torch.nn.Module]:
         """The trained networks by name, for loggers that record weights."""
-        return {"policy": self.policy, **({"critic": self.critic} if self.critic is not None else {})}
+        return {"policy": self.trained_policy, **({"critic": self.critic} if self.critic is not None else {})}
 
     def batched_update(self, algorithms: list[OnPolicy], seeds: list[int]):
         """The seeds' copies of this algorithm learning together (``--seeds --batched``)."""
@@ -246,8 +254,8 @@ class OnPolicy(OnPolicyActing, Sequences, GradientsInterface, ChangesDuringRun):
 
     def state_dict(self) -> dict:
         """The networks, the optimiser, the frames seen, and the loss's own state (PPO-KL's beta)."""
-        state = {"policy": self.policy.state_dict(), "optimiser": self.optimiser.state_dict(), "frames": self.frames,
-                 "loss": self.loss_module.state_dict()}
+        state = {"policy": self.trained_policy.state_dict(), "optimiser": self.optimiser.state_dict(),
+                 "frames": self.frames, "loss": self.loss_module.state_dict()}
         if self.critic:
             state["critic"] = self.critic.state_dict()
         if self.critic_carry is not None:
@@ -255,7 +263,7 @@ class OnPolicy(OnPolicyActing, Sequences, GradientsInterface, ChangesDuringRun):
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        self.policy.load_state_dict(state["policy"])
+        self.trained_policy.load_state_dict(state["policy"])
         if self.critic:
             self.critic.load_state_dict(state["critic"])
         load_optimiser_state(self.optimiser, state["optimiser"])

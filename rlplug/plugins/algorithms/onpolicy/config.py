@@ -13,7 +13,16 @@ from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar, TypeAlias
 
 from rlplug.errors import RlplugWarning, UserError
-from rlplug.plugins.algorithms.common import OPTIMIZERS, SCHEDULES, Count, NonNegative, Positive, Rate, named
+from rlplug.plugins.algorithms.common import (
+    OPTIMIZERS,
+    SCHEDULES,
+    Count,
+    NonNegative,
+    Positive,
+    Rate,
+    SampleFreq,
+    named,
+)
 from rlplug.plugins.algorithms.parameters import ON_POLICY, Entry
 from rlplug.plugins.limits import Limit
 from rlplug.registry.components import Estimator, Loss, Network
@@ -84,6 +93,12 @@ class OnPolicyConfig:
     #: frames_per_batch / num_envs; unset: the whole row); minibatches hold minibatch_size / sequence_length
     #: whole sequences
     sequence_length: Count | None = None
+    #: generalised state-dependent exploration (gSDE) for a Gaussian policy: collect with mean + z(s) @ theta, z(s)
+    #: the policy's last hidden features and theta ~ N(0, sigma^2) a learned-scale matrix kept for several steps
+    #: (the policy table's log_std_init is log sigma's initial value)
+    use_sde: bool = False
+    #: gSDE: env steps between new exploration matrices; -1: one at the start of each batch only
+    sde_sample_freq: SampleFreq = -1
 
     def __post_init__(self) -> None:
         """What the table alone tells of sequences, checked as the algorithm is built (before the run directory
