@@ -38,4 +38,5 @@ def resolve(component_type: type[Component], table: Mapping[str, Any], path: str
                for key, annotation in component_type.own_keys.items() if key in table}
     except UserError as error:
         raise error.located(prefix=path) from None
-    return component_type(spec, checked, path, **{key: tuple(value) for key, value in own.items()})
+    return component_type(spec, checked, path, **{key: tuple(value) if isinstance(value, list) else value
+                                                  for key, value in own.items()})

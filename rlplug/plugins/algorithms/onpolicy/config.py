@@ -14,9 +14,10 @@ from typing import Annotated, Any, ClassVar, TypeAlias
 
 from rlplug.errors import RlplugWarning, UserError
 from rlplug.plugins.algorithms.common import OPTIMIZERS, SCHEDULES, Count, NonNegative, Positive, Rate, named
+from rlplug.plugins.algorithms.intrinsic import intrinsic_problems
 from rlplug.plugins.algorithms.parameters import ON_POLICY, Entry
 from rlplug.plugins.limits import Limit
-from rlplug.registry.components import Estimator, Loss, Network
+from rlplug.registry.components import Estimator, Intrinsic, Loss, Network
 from rlplug.registry.schema import Range
 
 #: passes over each batch: an update of more holds the run for hours on one batch (PPO takes 3 to 30)
@@ -84,8 +85,14 @@ class OnPolicyConfig:
     #: frames_per_batch / num_envs; unset: the whole row); minibatches hold minibatch_size / sequence_length
     #: whole sequences
     sequence_length: Count | None = None
+    #: an intrinsic reward (exploration bonus: rnd, re3) added to the env's reward before the estimators, with its
+    #: coef, schedule and decay (unset: none)
+    intrinsic: Intrinsic | None = None
+    #: learn from the intrinsic reward alone (rllte's pretraining); episode returns and evaluation stay the env's
+    pretraining: bool = False
 
     def __post_init__(self) -> None:
+        intrinsic_problems(self.intrinsic, self.pretraining)
         """What the table alone tells of sequences, checked as the algorithm is built (before the run directory
         is made), not at the first update: a sequence is cut from each env's share of the batch."""
         length = self.sequence_length
