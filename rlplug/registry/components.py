@@ -200,7 +200,7 @@ class Intrinsic(Component):
         return {**super().resolved(), "coef": self.coef, "schedule": self.schedule, "decay": self.decay}
 
 
-#: an env table's ``transforms`` belong to rlplug, not to the env's factory#: an env table's ``transforms`` belong to rlplug, not to the env's factory
+#: an env table's ``transforms`` belong to rlplug, not to the env's factory
 Env.own_keys = {"transforms": list[Transform]}
 Intrinsic.own_keys = {"coef": Annotated[float, IntrinsicRule(0.0)],
                       "schedule": IntrinsicSchedule,

@@ -1,10 +1,10 @@
-"""``sparse-chain``: a hard-exploration chain whose only reward is at its far end, every copy stepped as one tensor.
+"""``sparse-chain``: a hard-exploration chain whose only reward is at its far end, the copies stepped as one tensor.
 
 The agent starts at the chain's left end (cell 0) and moves one cell left or right per step; reaching the right end
 (cell ``length - 1``) ends the episode with reward 1, and nothing else is rewarded. Which of the two actions moves
 right differs from cell to cell (a fixed pattern for each length, the same in every run), so that no policy acting
-the same everywhere reaches the end (an untrained deterministic policy would, one time in two). A policy acting at random
-wanders about sqrt(steps) cells, so within the default time limit of ``2 * length`` steps it almost never reaches
+the same everywhere reaches the end (an untrained deterministic policy would, one time in two). A policy acting at
+random wanders about sqrt(steps) cells, so within the default time limit of ``2 * length`` steps it almost never reaches
 the end of a chain of 40: an algorithm exploring by its policy's noise alone sees no reward to learn from, while
 a bonus for new observations (``[algorithm.intrinsic]``) pulls it along. The observation is the cell, one-hot."""
 

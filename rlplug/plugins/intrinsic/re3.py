@@ -34,9 +34,10 @@ class RandomEncoder(nn.Module):
     def rewards(self, batch: TensorDictBase) -> torch.Tensor:
         observation = next_observations(batch, self.key, self.size).reshape(-1, self.size)
         if len(observation) <= self.k:
-            raise UserError(f"re3 rewards each transition by its {self.k}-th nearest neighbour in the batch, and a batch "
-                            f"holds {len(observation)} transitions; lower k or collect more per update "
-                            f"(frames_per_batch; off-policy: num_envs x steps_per_update)", path="algorithm.intrinsic.k")
+            raise UserError(f"re3 rewards each transition by its {self.k}-th nearest neighbour in the batch, and a "
+                            f"batch holds {len(observation)} transitions; lower k or collect more per update "
+                            f"(frames_per_batch; off-policy: num_envs x steps_per_update)",
+                            path="algorithm.intrinsic.k")
         return knn_rewards(self.encoder(observation), self.k).reshape(batch.batch_size)
 
     def learn(self, batch: TensorDictBase) -> dict[str, float]:

@@ -23,6 +23,8 @@ OBSERVATION_CLIP = 5.0
 class RandomNetworkDistillation(nn.Module):
     """A fixed random ``target`` and a trained ``predictor`` of its features; the reward is the predictor's error."""
 
+    carry: torch.Tensor
+
     def __init__(self, observation_spec, *, hidden: tuple[int, ...], features: int, lr: float, epochs: int,
                  minibatch_size: int, update_fraction: float, gamma: float, device: str):
         super().__init__()
