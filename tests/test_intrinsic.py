@@ -264,8 +264,8 @@ def test_pretraining_evaluates_with_the_envs_own_return(tmp_path):
     reward training learned from."""
     agent = rlplug.Agent.from_recipe(CARTPOLE, out=tmp_path / "run", run={"total_frames": 256},
                                      eval={"every_frames": 0, "episodes": 2}, loggers=[{"use": "csv"}],
-                                     algorithm={"frames_per_batch": 128, "intrinsic": {"use": "rnd"},
-                                                "pretraining": True})
+                                     algorithm={"frames_per_batch": 128, "minibatch_size": 128,
+                                                "intrinsic": {"use": "rnd"}, "pretraining": True})
     try:
         agent.train()
         returns = agent.evaluate(episodes=2)
