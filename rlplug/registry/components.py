@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self
 
 from rlplug.errors import UserError
 
@@ -167,12 +167,53 @@ class Callback(Component):
     kind = "callback"
 
 
+@dataclass(frozen=True)
+class IntrinsicRule:
+    """A bound on a key rlplug reads itself (``schema.Range``'s role: ``schema`` imports this module)."""
+
+    low: float
+    high: float | None = None
+
+    def check(self, value: Any) -> str | None:
+        if value < self.low or (self.high is not None and value >= self.high):
+            span = f">= {self.low:g}" + (f" and < {self.high:g}" if self.high is not None else "")
+            return f"must be {span}, got {value!r}"
+        return None
+
+
+#: how the intrinsic reward's weight moves over the run: the learning rates' schedules (to 0 over
+#: run.total_frames) and Seo et al.'s exponential decay, ``coef * (1 - decay) ** frames``
+IntrinsicSchedule = Literal["constant", "linear", "cosine", "exponential"]
+
+
+@dataclass(frozen=True)
+class Intrinsic(Component):
+    """An intrinsic reward and how much of it the algorithm adds: ``coef``, ``schedule`` and ``decay`` are keys of
+    every ``[algorithm.intrinsic]`` table, read by rlplug (the factory never sees them), so any plugin's reward is
+    weighted and scheduled the same way."""
+
+    kind = "intrinsic"
+    #: the weight of the intrinsic reward (beta): reward = env reward + coef_t * intrinsic
+    coef: float = 1.0
+    #: how coef moves: 'constant', 'linear' or 'cosine' to 0 over run.total_frames, or 'exponential':
+    #: coef * (1 - decay) ** frames
+    schedule: str = "constant"
+    #: the exponential schedule's decay per frame collected (kappa); 0 for the other schedules
+    decay: float = 0.0
+
+    def resolved(self) -> dict[str, Any]:
+        return {**super().resolved(), "coef": self.coef, "schedule": self.schedule, "decay": self.decay}
+
+
 #: an env table's ``transforms`` and ``action_mask`` belong to rlplug, not to the env's factory
 Env.own_keys = {"transforms": list[Transform], "action_mask": Literal["auto", "applied", "observed"]}
+Intrinsic.own_keys = {"coef": Annotated[float, IntrinsicRule(0.0)],
+                      "schedule": IntrinsicSchedule,
+                      "decay": Annotated[float, IntrinsicRule(0.0, 1.0)]}
 
 
 #: kind name -> annotation class, for the kinds that hooks register.
 COMPONENT_TYPES: dict[str, type[Component]] = {
     c.kind: c for c in (Env, Algorithm, Estimator, Logger, Network, ReplayBuffer, Noise, Preprocessor, Runner,
-                         Loss, Transform, Callback)
+                         Loss, Transform, Callback, Intrinsic)
 }

@@ -89,8 +89,22 @@ def describe(spec) -> ComponentDoc:
     params = [ParamDoc(name, param.annotation, None if param.required else param.default, param.required,
                        tidy(comments.get(name) or described.get(name) or nested_note(param.annotation)))
               for name, param in schema.params.items()]
+    params += own_key_docs(spec.kind)
     context = {name: CONTEXT_NAMES[name] for name in CONTEXT_NAMES if name in schema.context}
     return ComponentDoc(spec, summary_of(spec, summary), tidy_block(body), params, context)
+
+
+def own_key_docs(kind: str) -> list[ParamDoc]:
+    """The documented keys rlplug reads itself from every table of ``kind`` (an intrinsic reward's ``coef``,
+    ``schedule``, ``decay``): fields of the kind's component class with a ``#:`` comment."""
+    from rlplug.registry.components import COMPONENT_TYPES
+
+    component = COMPONENT_TYPES.get(kind)
+    if component is None:
+        return []
+    comments, defaults = field_comments(component), {f.name: f.default for f in dataclasses.fields(component)}
+    return [ParamDoc(name, annotation, defaults.get(name), False, tidy(comments[name]))
+            for name, annotation in component.own_keys.items() if name in comments]
 
 
 def summary_of(spec, paragraph: str | None = None) -> str:

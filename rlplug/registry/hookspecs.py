@@ -165,6 +165,19 @@ def rlplug_register_callbacks(register):
     """
 
 
+@hookspec
+def rlplug_register_intrinsic_rewards(register):
+    """Register intrinsic reward factories (exploration bonuses: ``rnd``, ``re3``); each returns an object with
+    ``rewards(batch)`` (one intrinsic reward per transition of a collected ``[envs, time]`` batch),
+    ``learn(batch) -> dict`` (its own networks trained on the batch; its metrics), ``state_dict()`` and
+    ``load_state_dict()`` (:class:`~rlplug.registry.protocols.Intrinsic`). A recipe names one in
+    ``[algorithm.intrinsic]``; rlplug owns that table's ``coef``, ``schedule`` and ``decay`` (how much of it is
+    added to the env's reward, and how that weight moves), so a factory declares only its own keys.
+
+    Context: ``observation_spec``, ``action_spec``, ``device``, ``seed``.
+    """
+
+
 #: kind name -> hook name, the single list of kinds.
 HOOKS = {
     "env": "rlplug_register_envs",
@@ -179,6 +192,7 @@ HOOKS = {
     "loss": "rlplug_register_losses",
     "transform": "rlplug_register_transforms",
     "callback": "rlplug_register_callbacks",
+    "intrinsic": "rlplug_register_intrinsic_rewards",
 }
 
 #: kind name -> the context names the built-in run gives its factories (each hookspec's "Context:" line).
@@ -196,4 +210,5 @@ CONTEXT = {
     "loss": ("networks", "settings", "observation_spec", "action_spec", "device"),
     "transform": ("device",),
     "callback": ("run_dir",),
+    "intrinsic": ("observation_spec", "action_spec", "device", "seed"),
 }

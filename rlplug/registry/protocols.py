@@ -548,6 +548,30 @@ class Loss(Protocol):
         ``n_steps > 1`` is refused."""
 
 
+class Intrinsic(Protocol):
+    """An intrinsic reward (an exploration bonus: random network distillation, RE3): a reward for each collected
+    transition from what the module makes of its observations, which the algorithm adds to the env's reward
+    (``coef`` times it, the weight on its ``schedule``; with ``algorithm.pretraining`` it is the whole reward). The
+    on-policy family adds it before its estimators, the off-policy family before its reward shaping and n-step
+    sums; the env's own returns (``episode_return``, evaluation) never include it."""
+
+    def rewards(self, batch: TensorDictBase) -> torch.Tensor:
+        """One intrinsic reward per transition of a collected batch (``[envs, time]``, TorchRL's keys:
+        ``observation``, ``action``, ``("next", "observation" | "reward" | "done")``), shaped like the batch
+        (``[envs, time]``), float32, without gradient; running statistics of its own may take the batch in."""
+
+    def learn(self, batch: TensorDictBase) -> dict[str, float]:
+        """Its own networks trained on the batch, after :meth:`rewards` (a predictor's step; nothing for a fixed
+        encoder); its metrics, plain numbers (logged beside the algorithm's, e.g. ``rnd_loss``)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Its networks, optimiser and statistics (plain tensors and numbers), saved in checkpoints: resume goes on
+        from them."""
+
+    def load_state_dict(self, state: dict[str, Any]) -> Any:
+        """Put back what :meth:`state_dict` returned."""
+
+
 class Transform(Protocol):
     """An env transform: a TorchRL ``Transform``."""
 
@@ -563,5 +587,5 @@ class Transform(Protocol):
 PROTOCOLS: dict[str, type] = {  # kind -> the protocol its components follow
     "env": Env, "algorithm": Algorithm, "estimator": Estimator, "logger": Logger, "network": Network,
     "replay_buffer": ReplayBuffer, "noise": Noise, "preprocessor": Preprocessor, "runner": Runner, "loss": Loss,
-    "transform": Transform, "callback": Callback,
+    "transform": Transform, "callback": Callback, "intrinsic": Intrinsic,
 }

@@ -18,8 +18,9 @@ from rlplug.recipe import Recipe
 from rlplug.run.checkpoints import check_statistics, entries, load_checkpoint
 
 #: Entries of an algorithm's state that belong to the run that made them, not to its weights: its counters, the
-#: experience it collected, its exploration noise's schedule.
-RUN_OWN = ("frames", "steps", "replay_buffer", "episodes", "noise")
+#: experience it collected, its exploration noise's schedule, its intrinsic reward (its predictor and statistics
+#: measure that run's novelty: a run fine-tuning after pretraining starts its own, or none).
+RUN_OWN = ("frames", "steps", "replay_buffer", "episodes", "noise", "intrinsic")
 #: Entries holding optimiser state (on-policy ``optimiser``, off-policy ``learners``): taken only when asked.
 OPTIMISER = ("optimiser", "learners")
 

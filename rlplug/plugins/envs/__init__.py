@@ -288,6 +288,26 @@ def make_torch_classic(
     return make_classic(id, num_envs=num_envs, max_episode_steps=max_episode_steps, device=device)
 
 
+def make_sparse_chain(
+    #: cells in the chain; the reward is at the last one, length - 1 steps right of the start
+    length: Annotated[int, Range(ge=2)] = 40,
+    #: copies of the env, stepped together as one batch of tensors
+    num_envs: Annotated[int, Range(ge=1)] = 1,
+    #: the time limit (truncation); unset: 2 * length steps
+    max_episode_steps: Annotated[int, Range(ge=1)] | None = None,
+    device: str = "cpu",
+):
+    """A hard-exploration chain: start at the left end, move left or right, reward 1 only on reaching the right
+    end (which ends the episode); the observation is the cell, one-hot.
+
+    Random actions almost never reach the end of a long chain within the time limit, so a policy exploring by its
+    own noise sees no reward; an intrinsic reward (``[algorithm.intrinsic] use = "rnd"``) leads it there. Every
+    copy is stepped as one tensor operation on the run's device, and the array road is offered on the CPU."""
+    from rlplug.plugins.envs.sparse_chain import SparseChain
+
+    return SparseChain(length, num_envs, max_episode_steps=max_episode_steps, device=device)
+
+
 def in_keys_problem(in_keys: list[str]) -> str | None:
     """What is wrong with ``in_keys`` before the env exists (names are checked against it at build)."""
     if not in_keys:
@@ -352,3 +372,4 @@ def rlplug_register_envs(register):
     register("torch-classic", make_torch_classic)
     register("torchrl-pendulum", make_torchrl_pendulum)
     register("dm_control", make_dm_control, aliases=("dm-control", "dmc"))
+    register("sparse-chain", make_sparse_chain)

@@ -44,6 +44,7 @@ from rlplug.core.training import MetricMean, compile_in_place, summed, updates_s
 from rlplug.errors import RlplugWarning, UserError
 from rlplug.networks import is_discrete, observation_key
 from rlplug.plugins.algorithms.acting import OffPolicyActing
+from rlplug.plugins.algorithms.intrinsic_rewards import IntrinsicRewards, refused
 from rlplug.plugins.algorithms.networks import build_network, state_dependent_actor
 from rlplug.plugins.algorithms.offpolicy.config import DQNConfig, OffPolicyConfigs, PolyakTargets, SequencesConfig
 from rlplug.plugins.algorithms.offpolicy.contract import check_loss_contract, check_state_kept, plugin_mistake
@@ -153,6 +154,9 @@ class OffPolicy(OffPolicyActing, GradientsInterface, ChangesDuringRun):
         self.stored_elsewhere = False
         self.frames = 0
         self.steps = 0  # gradient steps taken
+        #: ``[algorithm.intrinsic]``: a bonus added to the rewards before they are shaped and stored (None: none)
+        self.intrinsic = IntrinsicRewards.of(config, observation_spec=observation_spec, action_spec=action_spec,
+                                             device=device, total_frames=total_frames)
         #: the learners holding gradients that :meth:`apply_gradients` has not stepped yet
         self.pending: list[str] = []
 
@@ -234,6 +238,8 @@ class OffPolicy(OffPolicyActing, GradientsInterface, ChangesDuringRun):
     @torch.no_grad()
     def store(self, batch: TensorDictBase) -> None:
         if not self.stored_elsewhere:
+            if self.intrinsic is not None:  # before the shaping and the n-step sums, which then include it
+                batch = self.intrinsic.added(batch)
             if self.n_step_writer is None:
                 transitions = replay_transitions(batch, self.config, self.observation_key)
             else:  # the steps whose n-step windows this batch completes (none yet, in a run's first few steps)
@@ -295,6 +301,8 @@ class OffPolicy(OffPolicyActing, GradientsInterface, ChangesDuringRun):
         self.store(batch)
         result = self.follow_frames(batch.numel())
         result["buffer_size"] = float(len(self.replay))
+        if self.intrinsic is not None:
+            result.update(self.intrinsic.report)
         return result
 
     def follow_frames(self, frames: int) -> dict[str, float]:
@@ -323,17 +331,26 @@ class OffPolicy(OffPolicyActing, GradientsInterface, ChangesDuringRun):
         """Seeds trained together (:class:`~rlplug.plugins.algorithms.offpolicy.batched.OffPolicyTogether`)."""
         from rlplug.plugins.algorithms.offpolicy.batched import OffPolicyTogether
 
+        if self.intrinsic is not None:
+            raise refused("seeds trained together (--batched)")
+
         return OffPolicyTogether(algorithms, seeds)
 
     def data_parallel(self, copies: int):
         """Its update over ``copies`` copies (Ray's gradient workers, learners)."""
         from rlplug.plugins.algorithms.offpolicy.data_parallel import ReplayDataParallel
 
+        if self.intrinsic is not None:
+            raise refused("Ray's gradient workers and learners")
+
         return ReplayDataParallel(self, copies)
 
     def replay_storage(self):
         """Its replay as Ray's replay storages hold it."""
         from rlplug.plugins.algorithms.offpolicy.data_parallel import OffPolicyReplayStorage
+
+        if self.intrinsic is not None:
+            raise refused("Ray's replay storages")
 
         if self.config.n_steps > 1:  # a writer of its own, whose copy on each worker holds that worker's steps
             return OffPolicyReplayStorage(self, NStepWriter(self.config, self.observation_key))
@@ -450,6 +467,8 @@ class OffPolicy(OffPolicyActing, GradientsInterface, ChangesDuringRun):
             state["episodes"] = self.episodes.state_dict()
         if self.n_step_writer is not None:
             state["n_step"] = self.n_step_writer.returns.state_dict()
+        if self.intrinsic is not None:
+            state["intrinsic"] = self.intrinsic.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -470,6 +489,8 @@ class OffPolicy(OffPolicyActing, GradientsInterface, ChangesDuringRun):
             self.episodes.load_state_dict(state["episodes"])
         if self.n_step_writer is not None:  # a checkpoint of n_steps = 1 holds no steps
             self.n_step_writer.returns.load_state_dict(state.get("n_step", {}))
+        if self.intrinsic is not None:
+            self.intrinsic.load_state_dict(state["intrinsic"])
         self.follow_schedules()
 
 

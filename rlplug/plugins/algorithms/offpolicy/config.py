@@ -37,9 +37,10 @@ from rlplug.plugins.algorithms.common import (
     named,
     rate_problem,
 )
+from rlplug.plugins.algorithms.intrinsic import intrinsic_problems
 from rlplug.plugins.algorithms.parameters import OFF_POLICY, Entry
 from rlplug.plugins.limits import Limit
-from rlplug.registry.components import Loss, Network, Noise, Preprocessor, ReplayBuffer
+from rlplug.registry.components import Intrinsic, Loss, Network, Noise, Preprocessor, ReplayBuffer
 from rlplug.registry.schema import Check, Range
 
 
@@ -113,6 +114,14 @@ class OffPolicyConfig:
     #: automatic mixed precision in the update: bfloat16 autocast on the CPU, float16 with a gradient
     #: scaler on CUDA
     mixed_precision: bool = False
+    #: an intrinsic reward (exploration bonus: rnd, re3) added to the env's reward before it is shaped and stored
+    #: (and before n-step sums), with its coef, schedule and decay (unset: none)
+    intrinsic: Intrinsic | None = None
+    #: learn from the intrinsic reward alone (rllte's pretraining); episode returns and evaluation stay the env's
+    pretraining: bool = False
+
+    def __post_init__(self) -> None:
+        intrinsic_problems(self.intrinsic, self.pretraining)
 
     if TYPE_CHECKING:
         # what each gradient step minimises: every algorithm's config declares its own ``loss`` field (its default,

@@ -54,6 +54,7 @@ from rlplug.core.training import (
 from rlplug.errors import UserError
 from rlplug.networks import share_body
 from rlplug.plugins.algorithms.acting import OnPolicyActing
+from rlplug.plugins.algorithms.intrinsic_rewards import IntrinsicRewards, refused
 from rlplug.plugins.algorithms.networks import build_network, state_dependent_actor
 from rlplug.plugins.algorithms.onpolicy.config import OnPolicyConfig
 from rlplug.plugins.algorithms.onpolicy.gradients import GradientsInterface
@@ -124,6 +125,9 @@ class OnPolicy(OnPolicyActing, Sequences, GradientsInterface, ChangesDuringRun):
         #: a loss that keeps a copy of the collecting policy (TorchRL's KLPENPPOLoss) refreshes it before each update
         self.refresh_targets = protocols.capability(self.loss_module, protocols.Loss.update_targets)
         self.frames = 0
+        #: ``[algorithm.intrinsic]``: a bonus added to the rewards before the estimators (None: none)
+        self.intrinsic = IntrinsicRewards.of(config, observation_spec=observation_spec, action_spec=action_spec,
+                                             device=device, total_frames=total_frames)
 
     # -- 1. estimates ---------------------------------------------------------------------------------
 
@@ -179,7 +183,10 @@ class OnPolicy(OnPolicyActing, Sequences, GradientsInterface, ChangesDuringRun):
     def prepare(self, batch: TensorDictBase, minibatch_size: int) -> Prepared:
         """The estimates for ``batch``, then the flat tensors the loss reads, under TorchRL's keys (the
         observation, ``action``, the log-probability, ``advantage``, ``value_target``, ``state_value``). Ray's
-        gradient workers prepare their own share of a batch the same way."""
+        gradient workers prepare their own share of a batch the same way. An intrinsic reward is added to the
+        batch's rewards first (a copy of the batch: the collected one keeps the env's)."""
+        if self.intrinsic is not None:
+            batch = self.intrinsic.added(batch)
         if self.recurrent:
             return self.prepare_sequences(batch, minibatch_size)
         flat = self.estimate(batch).reshape(-1)
@@ -217,7 +224,8 @@ class OnPolicy(OnPolicyActing, Sequences, GradientsInterface, ChangesDuringRun):
             reported, grad_norm = step(index, epoch == self.config.epochs - 1)
             if reported:
                 metrics.add(grad_norm=grad_norm, **reported)
-        result = {**metrics.means(), "lr": lr, **self.extra_metrics()}
+        result = {**metrics.means(), "lr": lr, **(self.intrinsic.report if self.intrinsic else {}),
+                  **self.extra_metrics()}
         if explained_variance is not None:
             result["explained_variance"] = explained_variance
         return result
@@ -230,6 +238,9 @@ class OnPolicy(OnPolicyActing, Sequences, GradientsInterface, ChangesDuringRun):
         """The seeds' copies of this algorithm learning together (``--seeds --batched``)."""
         from rlplug.plugins.algorithms.onpolicy.batched import OnPolicyTogether
 
+        if self.intrinsic is not None:
+            raise refused("seeds trained together (--batched)")
+
         return OnPolicyTogether(algorithms, seeds)
 
     def compile_update(self) -> None:
@@ -239,6 +250,9 @@ class OnPolicy(OnPolicyActing, Sequences, GradientsInterface, ChangesDuringRun):
     def data_parallel(self, copies: int):
         """Its update over ``copies`` copies (Ray's gradient workers, learners)."""
         from rlplug.plugins.algorithms.onpolicy.data_parallel import EpochsDataParallel
+
+        if self.intrinsic is not None:
+            raise refused("Ray's gradient workers and learners")
 
         return EpochsDataParallel(self, copies)
 
@@ -260,6 +274,8 @@ class OnPolicy(OnPolicyActing, Sequences, GradientsInterface, ChangesDuringRun):
             state["critic"] = self.critic.state_dict()
         if self.critic_carry is not None:
             state["critic_carry"] = self.critic_carry
+        if self.intrinsic is not None:
+            state["intrinsic"] = self.intrinsic.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -270,6 +286,8 @@ class OnPolicy(OnPolicyActing, Sequences, GradientsInterface, ChangesDuringRun):
         self.loss_module.load_state_dict(state["loss"])
         self.frames = operator.index(state["frames"])  # a count: TypeError for anything else
         self.critic_carry = state.get("critic_carry")
+        if self.intrinsic is not None:
+            self.intrinsic.load_state_dict(state["intrinsic"])
 
 
 # -- rlplug's on-policy losses: what they share --------------------------------------------------------------

@@ -23,9 +23,10 @@ from rlplug.plugins.algorithms.common import (
     SampleFreq,
     named,
 )
+from rlplug.plugins.algorithms.intrinsic import intrinsic_problems
 from rlplug.plugins.algorithms.parameters import ON_POLICY, Entry
 from rlplug.plugins.limits import Limit
-from rlplug.registry.components import Estimator, Loss, Network
+from rlplug.registry.components import Estimator, Intrinsic, Loss, Network
 from rlplug.registry.schema import Range
 
 #: passes over each batch: an update of more holds the run for hours on one batch (PPO takes 3 to 30)
@@ -99,10 +100,17 @@ class OnPolicyConfig:
     use_sde: bool = False
     #: gSDE: env steps between new exploration matrices; -1: one at the start of each batch only
     sde_sample_freq: SampleFreq = -1
+    #: an intrinsic reward (exploration bonus: rnd, re3) added to the env's reward before the estimators, with its
+    #: coef, schedule and decay (unset: none)
+    intrinsic: Intrinsic | None = None
+    #: learn from the intrinsic reward alone (rllte's pretraining); episode returns and evaluation stay the env's
+    pretraining: bool = False
 
     def __post_init__(self) -> None:
-        """What the table alone tells of sequences, checked as the algorithm is built (before the run directory
-        is made), not at the first update: a sequence is cut from each env's share of the batch."""
+        """What the table alone tells (the intrinsic reward's keys; sequences), checked as the algorithm is built
+        (before the run directory is made), not at the first update: a sequence is cut from each env's share of
+        the batch."""
+        intrinsic_problems(self.intrinsic, self.pretraining)
         length = self.sequence_length
         if length is not None and self.frames_per_batch % length:
             raise UserError(f"must divide frames_per_batch ({self.frames_per_batch}; each env's share of it, "
