@@ -162,6 +162,10 @@ class Callback(Component):
     kind = "callback"
 
 
+class Dataset(Component):
+    kind = "dataset"
+
+
 #: an env table's ``transforms`` belong to rlplug, not to the env's factory
 Env.own_keys = {"transforms": list[Transform]}
 
@@ -169,5 +173,5 @@ Env.own_keys = {"transforms": list[Transform]}
 #: kind name -> annotation class, for the kinds that hooks register.
 COMPONENT_TYPES: dict[str, type[Component]] = {
     c.kind: c for c in (Env, Algorithm, Estimator, Logger, Network, ReplayBuffer, Noise, Preprocessor, Runner,
-                         Loss, Transform, Callback)
+                         Loss, Transform, Callback, Dataset)
 }

@@ -165,6 +165,16 @@ def rlplug_register_callbacks(register):
     """
 
 
+@hookspec
+def rlplug_register_datasets(register):
+    """Register dataset factories; each returns recorded experience for offline runs (a recipe's top-level
+    ``[dataset]``): its transitions and the env it was recorded on (:class:`~rlplug.registry.protocols.Dataset`).
+    A factory should read no more than the dataset's metadata: the run asks for the transitions when it builds.
+
+    Context: none.
+    """
+
+
 #: kind name -> hook name, the single list of kinds.
 HOOKS = {
     "env": "rlplug_register_envs",
@@ -179,6 +189,7 @@ HOOKS = {
     "loss": "rlplug_register_losses",
     "transform": "rlplug_register_transforms",
     "callback": "rlplug_register_callbacks",
+    "dataset": "rlplug_register_datasets",
 }
 
 #: kind name -> the context names the built-in run gives its factories (each hookspec's "Context:" line).
@@ -196,4 +207,5 @@ CONTEXT = {
     "loss": ("networks", "settings", "observation_spec", "action_spec", "device"),
     "transform": ("device",),
     "callback": ("run_dir",),
+    "dataset": (),
 }

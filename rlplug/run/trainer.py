@@ -126,9 +126,15 @@ class Run:
 
                 video_env = open_video_env(recipe, {})
                 opened.callback(close_env, video_env)
-            # Last, as it may start workers elsewhere (the ray runner): every other check has passed by now.
-            collector = conform(protocols.Collector, runner.collector(env, algorithm.policy, algorithm.frames_per_batch,
-                seed=settings.seed, recipe=recipe, algorithm=algorithm), f"{recipe.runner.title}'s collector()")
+            if recipe.dataset is not None:  # offline: the dataset is all it learns from (rlplug.run.offline)
+                from rlplug.run.offline import offline_collector
+
+                collector: protocols.Collector = offline_collector(recipe, env, algorithm)
+            else:
+                # Last, as it may start workers elsewhere (the ray runner): every other check has passed by now.
+                collector = conform(protocols.Collector, runner.collector(env, algorithm.policy,
+                    algorithm.frames_per_batch, seed=settings.seed, recipe=recipe, algorithm=algorithm),
+                    f"{recipe.runner.title}'s collector()")
             opened.pop_all()
         return cls(recipe, run_dir, env, eval_env, algorithm, collector, video_env=video_env, claim=claim,
                    callbacks=callbacks)

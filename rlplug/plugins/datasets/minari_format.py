@@ -116,3 +116,71 @@ def write_dataset(folder: Path, episodes: list[dict[str, Any]], *, observation_s
                                           rewards=episode["rewards"], terminations=episode["terminations"],
                                           truncations=episode["truncations"], infos=episode.get("infos") or {})
                             for i, episode in enumerate(episodes))
+
+
+class MinariData:
+    """A Minari dataset on disk (:class:`rlplug.registry.protocols.Dataset`): its metadata read when made, its
+    episodes when the run asks for its transitions."""
+
+    def __init__(self, path: Path, key: str):
+        self.path, self.key = path, key
+        self.metadata = read_metadata(path, key)
+
+    def env_table(self) -> dict[str, Any] | None:
+        return env_table(self.metadata)
+
+    def transitions(self, device: str):
+        """Every step as ``[N]`` transitions (discrete actions as class indices, int64)."""
+        import numpy as np
+        import torch
+        from tensordict import TensorDict
+
+        try:
+            import minari  # noqa: F401
+        except ImportError:
+            raise UserError("reading a Minari dataset needs minari: pip install \"rlplug[offline]\"",
+                            path=self.key) from None
+        episodes = load_episodes(self.path, self.key)
+
+        def joined(name: str, part: slice | None = None):
+            arrays = [np.asarray(episode[name]) for episode in episodes]
+            if part is not None:
+                arrays = [array[part] for array in arrays]
+            return torch.as_tensor(np.concatenate(arrays), device=device)
+
+        try:
+            observation = joined("observations", slice(None, -1)).float()
+            next_observation = joined("observations", slice(1, None)).float()
+        except (TypeError, ValueError) as error:  # a Dict or Tuple observation: minari gives it as a dict
+            raise UserError(f"{self.path}: its observations are not arrays ({type(error).__name__}: {error}); "
+                            f"offline runs read Box observations", path=self.key) from None
+        action = joined("actions")
+        action = action.long() if not action.is_floating_point() else action.float()
+        count = len(action)
+        if len(observation) != count:
+            raise UserError(f"{self.path}: {len(observation) + len(episodes)} observations for {count} actions in "
+                            f"{len(episodes)} episodes (each episode needs one more observation than actions)",
+                            path=self.key)
+        terminated = joined("terminations").bool().reshape(count, 1)
+        truncated = joined("truncations").bool().reshape(count, 1)
+        reward = joined("rewards").float().reshape(count, 1)
+        return TensorDict({
+            "observation": observation, "action": action,
+            "next": {"observation": next_observation, "reward": reward, "terminated": terminated,
+                     "truncated": truncated, "done": terminated | truncated},
+        }, batch_size=[count], device=device)
+
+    def describe(self) -> dict[str, Any]:
+        """Size, returns and env, for ``rlplug show`` (the episodes read: returns are not in the metadata)."""
+        import numpy as np
+
+        returns = [float(np.sum(episode["rewards"])) for episode in load_episodes(self.path, self.key)]
+        table = self.env_table()
+        return {"dataset_id": self.metadata.get("dataset_id"), "episodes": self.metadata.get("total_episodes"),
+                "steps": self.metadata.get("total_steps"), "env": table.get("id") if table else None,
+                "observation_space": self.metadata.get("observation_space"),
+                "action_space": self.metadata.get("action_space"),
+                "return_mean": float(np.mean(returns)), "return_std": float(np.std(returns)),
+                "return_min": float(np.min(returns)), "return_max": float(np.max(returns)),
+                "behaviour": self.metadata.get("rlplug_behaviour"),
+                "algorithm": self.metadata.get("algorithm_name")}

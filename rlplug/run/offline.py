@@ -1,0 +1,100 @@
+"""Offline runs: a recipe with a ``[dataset]`` learns from the dataset alone and steps its env only to evaluate.
+
+The run's loop stays the one of every run (:mod:`rlplug.run.schedule`): its collector hands out empty batches
+whose size is the number of transitions the next update samples, so ``run.total_frames``, ``eval.every_frames``
+and ``run.checkpoint_every_frames`` count samples learned from (gradient steps times ``batch_size``), and an
+offline run's metrics, checkpoints and resume are any run's. The algorithm takes the dataset through the optional
+``learn_offline`` (:class:`rlplug.registry.protocols.Algorithm`); the dataset is read again when a run is rebuilt
+from a checkpoint, which never holds it.
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from rlplug.core.episodes import EpisodeTracker
+from rlplug.errors import UserError
+from rlplug.recipe import Recipe
+from rlplug.registry import protocols
+from rlplug.registry.protocols import capability
+
+
+class OfflineCollector:
+    """Batches of no steps, each as large as the samples of the algorithm's next update: what the run counts."""
+
+    def __init__(self, frames_per_batch: int):
+        self.frames_per_batch = frames_per_batch
+        self.tracker = EpisodeTracker(1)
+
+    def collect(self) -> TensorDictBase:
+        return TensorDict({}, batch_size=[self.frames_per_batch])
+
+    def restart(self, seed: int) -> None:
+        pass
+
+    def sync_weights(self) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+
+def env_id(table: dict | None) -> str | None:
+    return None if table is None else table.get("id")
+
+
+def offline_collector(recipe: Recipe, env, algorithm: protocols.Algorithm) -> OfflineCollector:
+    """The dataset read and handed to the algorithm, checked against the env first; the run's collector."""
+    assert recipe.dataset is not None
+    learn = capability(algorithm, protocols.Algorithm.learn_offline)
+    name = recipe.algorithm.spec.name
+    if learn is None:
+        raise UserError(f"{name} learns from the experience it collects, not from a dataset; offline algorithms: "
+                        f"bc, iql, cql, td3-bc (or leave [dataset] out)", path="dataset")
+    if recipe.runner.spec.name != "local":
+        raise UserError("an offline run steps no env to collect: it runs in this process (runner.use = 'local')",
+                        path="runner")
+    dataset = recipe.dataset.build()
+    recorded_on, trained_on = env_id(dataset.env_table()), env_id(recipe.env.params)
+    if recorded_on and trained_on and recorded_on != trained_on:
+        raise UserError(f"the dataset was recorded on {recorded_on} and this recipe's env is {trained_on}: an "
+                        f"offline run learns from its own env's data (leave [env] out to evaluate on "
+                        f"{recorded_on})", path="dataset")
+    transitions = laid_out(dataset.transitions(str(recipe.run.device)), env)
+    learn(transitions)
+    return OfflineCollector(algorithm.frames_per_batch)
+
+
+def laid_out(transitions: TensorDictBase, env) -> TensorDictBase:
+    """The dataset's transitions checked against one env's observation and action specs, discrete actions laid
+    out as the spec lays them (one-hot or an index); one line at ``dataset`` where they do not fit."""
+    dims = len(env.batch_size)
+    observation_shape = tuple(env.observation_spec["observation"].shape[dims:])
+    recorded = tuple(transitions.get("observation").shape[1:])
+    if recorded != observation_shape:
+        raise UserError(f"the dataset's observations are of shape {list(recorded)} and the env's of "
+                        f"{list(observation_shape)}: it was recorded on another env (or other observation options)",
+                        path="dataset")
+    spec = env.action_spec
+    action = transitions.get("action")
+    discrete = spec.domain == "discrete"
+    if discrete != (not action.is_floating_point()):
+        kinds = ("discrete", "continuous")
+        raise UserError(f"the dataset's actions are {kinds[action.is_floating_point()]} and the env's are "
+                        f"{kinds[not discrete]}: it was recorded on another env", path="dataset")
+    action_shape = tuple(spec.shape[dims:])
+    if discrete:
+        count = int(spec.space.n)
+        if action.ndim != 1 or int(action.max()) >= count or int(action.min()) < 0:
+            raise UserError(f"the dataset's actions are not indices of the env's {count} actions: it was recorded "
+                            f"on another env", path="dataset")
+        if "OneHot" in type(spec).__name__:
+            action = torch.nn.functional.one_hot(action, count).to(spec.dtype)
+        else:
+            action = action.reshape(len(action), *action_shape).to(spec.dtype)
+    elif tuple(action.shape[1:]) != action_shape:
+        raise UserError(f"the dataset's actions are of shape {list(action.shape[1:])} and the env's of "
+                        f"{list(action_shape)}: it was recorded on another env", path="dataset")
+    transitions.set("action", action)
+    return transitions
