@@ -1,8 +1,8 @@
 """Recipes: a TOML file plus ``--set`` overrides, validated whole into a tree of unbuilt components.
 
 Any table with a ``use`` key is a component; its kind comes from where it stands: the top-level ``env``,
-``algorithm``, ``loggers``, ``runner``, ``callbacks`` and ``dataset`` here, nested ones from the annotation of the parent
-factory's parameter. ``run`` and ``eval`` are plain settings tables. A ``provenance`` table (written into
+``algorithm``, ``loggers``, ``runner``, ``callbacks`` and ``dataset`` here, nested ones from the annotation of the
+parent factory's parameter. ``run`` and ``eval`` are plain settings tables. A ``provenance`` table (written into
 resolved recipes) is ignored on reading, so a run directory's ``recipe.toml`` runs again as it is.
 """
 

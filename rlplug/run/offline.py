@@ -10,6 +10,9 @@ from a checkpoint, which never holds it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import torch
 from tensordict import TensorDict, TensorDictBase
 
@@ -40,18 +43,14 @@ class OfflineCollector:
         pass
 
 
-def env_id(table: dict | None) -> str | None:
+def env_id(table: Mapping[str, Any] | None) -> str | None:
     return None if table is None else table.get("id")
 
 
-def offline_collector(recipe: Recipe, env, algorithm: protocols.Algorithm) -> OfflineCollector:
-    """The dataset read and handed to the algorithm, checked against the env first; the run's collector."""
+def read_dataset(recipe: Recipe, env) -> TensorDictBase:
+    """The recipe's dataset read, checked against its env (before the algorithm is built: a dataset of another env
+    is the error to name first), its actions laid out as the env's."""
     assert recipe.dataset is not None
-    learn = capability(algorithm, protocols.Algorithm.learn_offline)
-    name = recipe.algorithm.spec.name
-    if learn is None:
-        raise UserError(f"{name} learns from the experience it collects, not from a dataset; offline algorithms: "
-                        f"bc, iql, cql, td3-bc (or leave [dataset] out)", path="dataset")
     if recipe.runner.spec.name != "local":
         raise UserError("an offline run steps no env to collect: it runs in this process (runner.use = 'local')",
                         path="runner")
@@ -61,7 +60,15 @@ def offline_collector(recipe: Recipe, env, algorithm: protocols.Algorithm) -> Of
         raise UserError(f"the dataset was recorded on {recorded_on} and this recipe's env is {trained_on}: an "
                         f"offline run learns from its own env's data (leave [env] out to evaluate on "
                         f"{recorded_on})", path="dataset")
-    transitions = laid_out(dataset.transitions(str(recipe.run.device)), env)
+    return laid_out(dataset.transitions(str(recipe.run.device)), env)
+
+
+def offline_collector(recipe: Recipe, algorithm: protocols.Algorithm, transitions: TensorDictBase) -> OfflineCollector:
+    """The dataset's ``transitions`` handed to the algorithm; the run's collector."""
+    learn = capability(algorithm, protocols.Algorithm.learn_offline)
+    if learn is None:
+        raise UserError(f"{recipe.algorithm.spec.name} learns from the experience it collects, not from a dataset; "
+                        f"offline algorithms: bc, iql, cql, td3-bc (or leave [dataset] out)", path="dataset")
     learn(transitions)
     return OfflineCollector(algorithm.frames_per_batch)
 

@@ -62,9 +62,9 @@ def env_table(metadata: dict[str, Any]) -> dict[str, Any] | None:
     """The recipe ``[env]`` table of the env the data was recorded on: rlplug's own where ``record`` wrote it,
     else a ``gym`` env of the gymnasium spec minari keeps; None where the dataset names no env."""
     if isinstance(metadata.get("rlplug_env"), str):
-        table = json.loads(metadata["rlplug_env"])
-        table.pop("num_envs", None)
-        return table
+        own = json.loads(metadata["rlplug_env"])
+        own.pop("num_envs", None)
+        return own
     spec = metadata.get("env_spec")
     if not isinstance(spec, str):
         return None

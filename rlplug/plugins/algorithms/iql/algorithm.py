@@ -7,12 +7,12 @@ from typing import Any
 
 from tensordict.nn import TensorDictModuleBase
 
+from rlplug.plugins.algorithms.iql import IQLConfig
 from rlplug.plugins.algorithms.networks import build_network
 from rlplug.plugins.algorithms.offline.base import Offline
 from rlplug.plugins.algorithms.offpolicy.actor_critic import ActorCritic
 from rlplug.plugins.algorithms.offpolicy.losses import refuse_sequences, with_learners
 from rlplug.plugins.algorithms.offpolicy.parts import learning_rates
-from rlplug.plugins.algorithms.iql import IQLConfig
 from rlplug.registry.networks import ValueActorCriticNetworks
 
 
