@@ -3,6 +3,7 @@ build of TorchRL's ``BCLoss``."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, cast
 
 from tensordict.nn import TensorDictModuleBase
@@ -37,7 +38,9 @@ def torchrl_loss(networks: Any, **values: Any):
     from tensordict import TensorDictBase
     from torchrl.objectives import BCLoss
 
-    loss = BCLoss(networks["policy"], **values)
+    with warnings.catch_warnings():  # TorchRL's BCLoss warns of its own undeclared target name as it is built
+        warnings.filterwarnings("ignore", message="The name target_actor_network_params", category=UserWarning)
+        loss = BCLoss(networks["policy"], **values)
     params = loss.actor_network_params
     tensors = list(params.values(True, True)) if isinstance(params, TensorDictBase) else list(loss.parameters())
     loss.parameter_groups = {"actor": [tensor for tensor in tensors if tensor.requires_grad]}
