@@ -190,3 +190,48 @@ def test_algorithms_and_datasets_that_do_not_go_together(recorded, tmp_path):
                            "--set", f"dataset.path={dataset}"),
                    "pendulum-sac.toml: dataset: sac learns from the experience it collects, not from a dataset")
     assert not out.exists()
+
+
+def online(recipe_name: str, folder) -> str:
+    """The offline recipe ``recipe_name`` as an online one: ``[env]`` instead of ``[dataset]``."""
+    text = RECIPES[recipe_name].read_text()
+    start, end = text.index("[dataset]"), text.index("[algorithm]")
+    path = folder / f"{recipe_name}-online.toml"
+    path.write_text(text[:start] + '[env]\nuse = "gym"\nid = "Pendulum-v1"\n\n' + text[end:])
+    return str(path)
+
+
+@pytest.mark.parametrize("name", ["iql", "cql"])
+def test_an_offline_run_goes_on_online_from_its_weights_with_the_dataset_in_its_replay(recorded, tmp_path, name):
+    _, dataset = recorded
+    offline = tmp_path / "offline"
+    result = run_cli("run", str(RECIPES[name]), "--out", str(offline), "--set", f"dataset.path={dataset}", *SHORT)
+    assert result.returncode == 0, result.stderr
+    out = tmp_path / "online"
+    result = run_cli("run", online(name, tmp_path), "--out", str(out), "--init-from", str(offline),
+                     "--set", "algorithm.replay_buffer.use=uniform",
+                     "--set", f"algorithm.replay_buffer.prefill={dataset}", "--set", "algorithm.learning_starts=0",
+                     "--set", "run.total_frames=4", *SHORT[2:])
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["frames"] == 4 and summary["init_from"]["frames"] == 512
+    rows = (out / "metrics.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    assert float(rows[1].split(",")[header.index("buffer_size")]) == 601  # the dataset's 600 steps, then one more
+    source = torch.load(offline / "checkpoint.pt", weights_only=True)["algorithm"]["loss"]
+    first = next(key for key in source if "actor_network_params" in key)
+    state = torch.load(out / "checkpoint.pt", weights_only=True)["algorithm"]["loss"]
+    assert not torch.equal(state[first], torch.zeros_like(state[first])) and first in state
+
+
+def test_prefill_mistakes_are_one_line(recorded, tmp_path):
+    _, dataset = recorded
+    out = tmp_path / "run"
+    recipe = online("iql", tmp_path)
+    uniform = ["--out", str(out), "--set", "algorithm.replay_buffer.use=uniform"]
+    one_line_error(run_cli("run", recipe, *uniform, "--set", f"algorithm.replay_buffer.prefill={out}"),
+                   "algorithm.replay_buffer.prefill: no Minari dataset at")
+    one_line_error(run_cli("run", recipe, *uniform, "--set", f"algorithm.replay_buffer.prefill={dataset}",
+                           "--set", "env.id=MountainCarContinuous-v0"),
+                   "algorithm.replay_buffer.prefill: the dataset's observations are of shape [3]")
+    assert not out.exists()

@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import torch
 from tensordict import TensorDict, TensorDictBase
 
 from rlplug.core.episodes import EpisodeTracker
 from rlplug.errors import UserError
+from rlplug.plugins.datasets.layout import laid_out
 from rlplug.recipe import Recipe
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability
@@ -60,7 +60,7 @@ def read_dataset(recipe: Recipe, env) -> TensorDictBase:
         raise UserError(f"the dataset was recorded on {recorded_on} and this recipe's env is {trained_on}: an "
                         f"offline run learns from its own env's data (leave [env] out to evaluate on "
                         f"{recorded_on})", path="dataset")
-    return laid_out(dataset.transitions(str(recipe.run.device)), env)
+    return laid_out(dataset.transitions(str(recipe.run.device)), env.observation_spec, env.action_spec, "dataset")
 
 
 def offline_collector(recipe: Recipe, algorithm: protocols.Algorithm, transitions: TensorDictBase) -> OfflineCollector:
@@ -71,37 +71,3 @@ def offline_collector(recipe: Recipe, algorithm: protocols.Algorithm, transition
                         f"offline algorithms: bc, iql, cql, td3-bc (or leave [dataset] out)", path="dataset")
     learn(transitions)
     return OfflineCollector(algorithm.frames_per_batch)
-
-
-def laid_out(transitions: TensorDictBase, env) -> TensorDictBase:
-    """The dataset's transitions checked against one env's observation and action specs, discrete actions laid
-    out as the spec lays them (one-hot or an index); one line at ``dataset`` where they do not fit."""
-    dims = len(env.batch_size)
-    observation_shape = tuple(env.observation_spec["observation"].shape[dims:])
-    recorded = tuple(transitions.get("observation").shape[1:])
-    if recorded != observation_shape:
-        raise UserError(f"the dataset's observations are of shape {list(recorded)} and the env's of "
-                        f"{list(observation_shape)}: it was recorded on another env (or other observation options)",
-                        path="dataset")
-    spec = env.action_spec
-    action = transitions.get("action")
-    discrete = spec.domain == "discrete"
-    if discrete != (not action.is_floating_point()):
-        kinds = ("discrete", "continuous")
-        raise UserError(f"the dataset's actions are {kinds[action.is_floating_point()]} and the env's are "
-                        f"{kinds[not discrete]}: it was recorded on another env", path="dataset")
-    action_shape = tuple(spec.shape[dims:])
-    if discrete:
-        count = int(spec.space.n)
-        if action.ndim != 1 or int(action.max()) >= count or int(action.min()) < 0:
-            raise UserError(f"the dataset's actions are not indices of the env's {count} actions: it was recorded "
-                            f"on another env", path="dataset")
-        if "OneHot" in type(spec).__name__:
-            action = torch.nn.functional.one_hot(action, count).to(spec.dtype)
-        else:
-            action = action.reshape(len(action), *action_shape).to(spec.dtype)
-    elif tuple(action.shape[1:]) != action_shape:
-        raise UserError(f"the dataset's actions are of shape {list(action.shape[1:])} and the env's of "
-                        f"{list(action_shape)}: it was recorded on another env", path="dataset")
-    transitions.set("action", action)
-    return transitions
