@@ -235,3 +235,26 @@ def test_prefill_mistakes_are_one_line(recorded, tmp_path):
                            "--set", "env.id=MountainCarContinuous-v0"),
                    "algorithm.replay_buffer.prefill: the dataset's observations are of shape [3]")
     assert not out.exists()
+
+
+def test_show_describes_a_dataset_and_plot_takes_offline_runs(recorded, tmp_path):
+    run, dataset = recorded
+    result = run_cli("show", str(dataset))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"dataset: {dataset} (Minari id pendulum-sac-v0)" and lines[1] == "env: Pendulum-v1"
+    assert lines[2] == "size: 3 episodes, 600 steps" and lines[3].startswith("return: mean -")
+    assert "recorded by: rlplug:sac" in lines
+    shown = json.loads(run_cli("show", str(dataset), "--json").stdout)
+    assert shown["episodes"] == 3 and shown["steps"] == 600 and shown["env"] == "Pendulum-v1"
+    assert shown["return_min"] <= shown["return_mean"] <= shown["return_max"] < 0
+    damaged = tmp_path / "damaged-v0"
+    shutil.copytree(dataset, damaged)
+    (damaged / "data" / "main_data.hdf5").write_bytes(b"")
+    one_line_error(run_cli("show", str(damaged)), "damaged-v0: the dataset's episodes do not read")
+    out = tmp_path / "run"
+    result = run_cli("run", str(RECIPES["bc"]), "--out", str(out), "--set", f"dataset.path={dataset}", *SHORT)
+    assert result.returncode == 0, result.stderr
+    result = run_cli("plot", str(out), "-o", str(tmp_path / "curve.png"))  # evaluations: no training episodes
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "curve.png").stat().st_size > 0

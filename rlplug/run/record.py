@@ -168,7 +168,7 @@ def write_recording(run: Run, state: dict, checkpoint: Path, out: Path, parent: 
     dataset_id = new_dataset_id(out)
     returns = [float(episode["rewards"].sum()) for episode in recorded]
     metadata = {
-        "dataset_id": dataset_id, "algorithm_name": f"rlplug {run.recipe.algorithm.spec.qualified_name}",
+        "dataset_id": dataset_id, "algorithm_name": run.recipe.algorithm.spec.qualified_name,
         "description": f"{len(recorded)} episodes of the policy of the rlplug run checkpoint {checkpoint} "
                        f"(frame {state.get('frames')}), recorded with rlplug record",
         "rlplug_env": json.dumps(run.recipe.env.resolved()),
