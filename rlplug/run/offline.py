@@ -68,6 +68,7 @@ def offline_collector(recipe: Recipe, algorithm: protocols.Algorithm, transition
     learn = capability(algorithm, protocols.Algorithm.learn_offline)
     if learn is None:
         raise UserError(f"{recipe.algorithm.spec.name} learns from the experience it collects, not from a dataset; "
-                        f"offline algorithms: bc, iql, cql, td3-bc (or leave [dataset] out)", path="dataset")
+                        f"offline algorithms: bc, iql, cql, td3-bc, discrete-cql (or leave [dataset] out)",
+                        path="dataset")
     learn(transitions)
     return OfflineCollector(algorithm.frames_per_batch)
