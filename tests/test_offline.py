@@ -260,7 +260,7 @@ def test_show_describes_a_dataset_and_plot_takes_offline_runs(recorded, tmp_path
     assert (tmp_path / "curve.png").stat().st_size > 0
 
 
-def test_discrete_cql_learns_from_a_recorded_dqn_policy(tmp_path):
+def test_discrete_cql_and_iql_learn_from_a_recorded_dqn_policy(tmp_path):
     dqn = tmp_path / "dqn"
     result = run_cli("run", str(ROOT / "recipes" / "cartpole-dqn.toml"), "--out", str(dqn),
                      "--set", "run.total_frames=500", "--set", "eval.every_frames=0", "--set", "eval.episodes=1")
@@ -268,16 +268,17 @@ def test_discrete_cql_learns_from_a_recorded_dqn_policy(tmp_path):
     dataset = tmp_path / "cartpole-dqn-v0"
     result = run_cli("record", str(dqn), "--episodes", "2", "--epsilon", "0.2", "--out", str(dataset))
     assert result.returncode == 0, result.stderr
-    out = tmp_path / "run"
-    recipe = ROOT / "recipes" / "cartpole-offline-discrete-cql.toml"
-    result = run_cli("run", str(recipe), "--out", str(out), "--set", f"dataset.path={dataset}",
-                     "--set", "algorithm.batch_size=8", "--set", "run.total_frames=64",
-                     "--set", "algorithm.target_update_interval=16", *SHORT[2:])
-    assert result.returncode == 0, result.stderr
-    assert json.loads((out / "summary.json").read_text())["frames"] == 64
-    header = (out / "metrics.csv").read_text().splitlines()[0].split(",")
-    assert {"loss_qvalue", "loss_cql"} <= set(header)
-    assert tomllib.loads((out / "recipe.toml").read_text())["env"]["id"] == "CartPole-v1"
+    for name, flags, terms in (("cql", ["--set", "algorithm.target_update_interval=16"], {"loss_qvalue", "loss_cql"}),
+                               ("iql", [], {"loss_actor", "loss_qvalue", "loss_value"})):
+        out = tmp_path / name
+        recipe = ROOT / "recipes" / f"cartpole-offline-discrete-{name}.toml"
+        result = run_cli("run", str(recipe), "--out", str(out), "--set", f"dataset.path={dataset}",
+                         "--set", "algorithm.batch_size=8", "--set", "run.total_frames=64", *flags, *SHORT[2:])
+        assert result.returncode == 0, result.stderr
+        assert json.loads((out / "summary.json").read_text())["frames"] == 64
+        header = (out / "metrics.csv").read_text().splitlines()[0].split(",")
+        assert terms <= set(header)
+        assert tomllib.loads((out / "recipe.toml").read_text())["env"]["id"] == "CartPole-v1"
     # continuous actions' algorithms refuse it in one line
     one_line_error(run_cli("run", str(RECIPES["iql"]), "--out", str(out / "x"), "--set", f"dataset.path={dataset}"),
                    "iql is for continuous actions")

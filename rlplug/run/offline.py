@@ -67,8 +67,8 @@ def offline_collector(recipe: Recipe, algorithm: protocols.Algorithm, transition
     """The dataset's ``transitions`` handed to the algorithm; the run's collector."""
     learn = capability(algorithm, protocols.Algorithm.learn_offline)
     if learn is None:
-        raise UserError(f"{recipe.algorithm.spec.name} learns from the experience it collects, not from a dataset; "
-                        f"offline algorithms: bc, iql, cql, td3-bc, discrete-cql (or leave [dataset] out)",
-                        path="dataset")
+        raise UserError(f"{recipe.algorithm.spec.name} learns from the experience it collects, not from a "
+                        f"dataset; offline algorithms: bc, iql, cql, td3-bc, discrete-iql, discrete-cql (or leave "
+                        f"[dataset] out)", path="dataset")
     learn(transitions)
     return OfflineCollector(algorithm.frames_per_batch)
