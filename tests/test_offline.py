@@ -282,3 +282,16 @@ def test_discrete_cql_and_iql_learn_from_a_recorded_dqn_policy(tmp_path):
     # continuous actions' algorithms refuse it in one line
     one_line_error(run_cli("run", str(RECIPES["iql"]), "--out", str(out / "x"), "--set", f"dataset.path={dataset}"),
                    "iql is for continuous actions")
+
+
+def test_seeds_of_an_offline_recipe_one_after_another_not_together(recorded, tmp_path):
+    _, dataset = recorded
+    out = tmp_path / "seeds"
+    flags = ["--set", f"dataset.path={dataset}", "--set", "run.total_frames=512", "--set", "eval.every_frames=256",
+             "--set", "eval.episodes=1"]
+    result = run_cli("run", str(RECIPES["bc"]), "--out", str(out), "--seeds", "0-1", *flags)
+    assert result.returncode == 0, result.stderr
+    assert (out / "aggregate.json").is_file() and (out / "curve.png").is_file()  # the evaluations' curves
+    one_line_error(run_cli("run", str(RECIPES["bc"]), "--out", str(tmp_path / "b"), "--seeds", "0-1", "--batched",
+                           *flags), "dataset: an offline run ([dataset]) collects nothing")
+    assert not (tmp_path / "b").exists()
