@@ -92,7 +92,8 @@ def built(recipe_name: str, dataset, tmp_path, *overrides: str):
 
 def test_the_recipe_keys_reach_torchrls_losses(tmp_path):
     dataset = synthetic(tmp_path / "random-v0")
-    iql = built("iql", dataset, tmp_path, "algorithm.expectile=0.6", "algorithm.temperature=2.0",
+    iql = built("iql", dataset, tmp_path, "algorithm.reward_scale=2.0", "algorithm.reward_offset=1.0",
+                "algorithm.expectile=0.6", "algorithm.temperature=2.0",
                 "algorithm.gamma=0.9", "algorithm.loss.use=IQLLoss", "algorithm.loss.num_qvalue_nets=3")
     cql = built("cql", dataset, tmp_path, "algorithm.min_q_weight=2.0", "algorithm.num_random=4",
                 "algorithm.cql_temperature=0.5", "algorithm.max_q_backup=true", "algorithm.initial_entropy_coef=0.3")
@@ -105,6 +106,8 @@ def test_the_recipe_keys_reach_torchrls_losses(tmp_path):
         assert type(loss).__name__ == "IQLLoss" and (loss.expectile, loss.temperature, loss.num_qvalue_nets) == \
             (0.6, 2.0, 3)
         assert loss.value_estimator.gamma.item() == pytest.approx(0.9)
+        recorded = bc.algorithm.replay.transitions.get(("next", "reward"))  # bc's rewards: as recorded
+        torch.testing.assert_close(iql.algorithm.replay.transitions.get(("next", "reward")), recorded * 2.0 + 1.0)
         loss = cql.algorithm.loss_module
         assert type(loss).__name__ == "CQLLoss"
         assert (loss.min_q_weight, loss.num_random, loss.temperature, loss.max_q_backup) == (2.0, 4, 0.5, True)

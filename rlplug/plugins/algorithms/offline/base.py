@@ -54,6 +54,10 @@ class Offline(OffPolicy):
         if len(transitions) < config.batch_size:
             raise UserError(f"the dataset holds {len(transitions)} transitions, fewer than one batch of "
                             f"{config.batch_size}; record more or lower it", path="algorithm.batch_size")
+        reward = transitions.get(("next", "reward")) * config.reward_scale + config.reward_offset
+        if config.reward_clip is not None:  # the shaping collected rewards get (replay_transitions)
+            reward = reward.clamp(-config.reward_clip, config.reward_clip)
+        transitions.set(("next", "reward"), reward)
         self.install_replay(DatasetReplay(transitions.to(self.device)))
         self.offline = True
         self.frames_per_batch = config.batch_size * config.gradient_steps
