@@ -10,6 +10,7 @@ from rlplug.registry import get_registry
 from rlplug.registry.components import (
     Algorithm,
     Component,
+    Dataset,
     Env,
     Estimator,
     Logger,
@@ -42,5 +43,5 @@ __all__ = [
     "Agent", "__version__", "hookimpl", "make", "get_registry", "UserError", "Range", "Check", "Unbounded",
     "CONTEXT_NAMES",
     "Component", "Env", "Algorithm", "Estimator", "Logger", "Network", "ReplayBuffer", "Noise", "Preprocessor",
-    "Runner", "Loss", "Transform",
+    "Runner", "Loss", "Transform", "Dataset",
 ]

@@ -1,8 +1,8 @@
 """Recipes: a TOML file plus ``--set`` overrides, validated whole into a tree of unbuilt components.
 
 Any table with a ``use`` key is a component; its kind comes from where it stands: the top-level ``env``,
-``algorithm``, ``loggers``, ``runner`` and ``callbacks`` here, nested ones from the annotation of the parent
-factory's parameter. ``run`` and ``eval`` are plain settings tables. A ``provenance`` table (written into
+``algorithm``, ``loggers``, ``runner``, ``callbacks`` and ``dataset`` here, nested ones from the annotation of the
+parent factory's parameter. ``run`` and ``eval`` are plain settings tables. A ``provenance`` table (written into
 resolved recipes) is ignored on reading, so a run directory's ``recipe.toml`` runs again as it is.
 """
 
@@ -18,7 +18,7 @@ from typing import Annotated, Any
 from rlplug.errors import RecipeError, UserError
 from rlplug.plugins.loggers import shared_file_problem
 from rlplug.registry import get_registry, resolve
-from rlplug.registry.components import Algorithm, Callback, Env, Logger, Runner
+from rlplug.registry.components import Algorithm, Callback, Dataset, Env, Logger, Runner
 from rlplug.registry.schema import Check, Range, convert
 
 #: Tables, arrays and dotted keys nest at most this deep in a recipe (the built-in ones need 4): deeper input is
@@ -138,6 +138,9 @@ class Recipe:
     runner: Runner = "rlplug:local"  # type: ignore[assignment]  # a name, made a component on validation
     #: told of updates, evaluations and checkpoints; may log values and stop the run ([[callbacks]])
     callbacks: list[Callback] = field(default_factory=list)
+    #: recorded experience: a recipe with a dataset is an offline run, which learns from it alone and steps its
+    #: env only to evaluate (docs/offline.md); without [env], the env the data was recorded on
+    dataset: Dataset | None = None
     provenance: dict[str, Any] | None = None
 
     def resolved(self) -> dict[str, Any]:
@@ -151,6 +154,7 @@ class Recipe:
             "runner": self.runner.resolved(),
             # absent when empty: the recipes of runs from before callbacks read the same
             **({"callbacks": [c.resolved() for c in self.callbacks]} if self.callbacks else {}),
+            **({"dataset": self.dataset.resolved()} if self.dataset else {}),
         }
         components = {path: f"{c.spec.qualified_name} {c.spec.version}" for path, c in self.components()}
         tables["provenance"] = {"rlplug_version": __version__, "components": components}
@@ -163,7 +167,8 @@ class Recipe:
         evaluated = [("eval.env", self.eval.env)] if self.eval.env else []
         queue = [("env", self.env), *evaluated, ("algorithm", self.algorithm),
                  *((f"loggers[{i}]", logger) for i, logger in enumerate(self.loggers)), ("runner", self.runner),
-                 *((f"callbacks[{i}]", callback) for i, callback in enumerate(self.callbacks))]
+                 *((f"callbacks[{i}]", callback) for i, callback in enumerate(self.callbacks)),
+                 *([("dataset", self.dataset)] if self.dataset else [])]
         while queue:
             path, component = queue.pop(0)
             yield path, component
@@ -210,9 +215,36 @@ def validate(data: dict[str, Any], *, file: str = "<recipe>") -> Recipe:
         too_deep = nesting_beyond_limit(data)
         if too_deep is not None:
             raise RecipeError(TOO_DEEP, path=too_deep)
-        return convert(data, Recipe, path="", resolve=lambda cls, table, path: resolve(cls, table, path, registry))
+        data = with_dataset_env(data, registry)
+        recipe = convert(data, Recipe, path="", resolve=lambda cls, table, path: resolve(cls, table, path, registry))
+        refuse_offline_only(recipe)
+        return recipe
     except UserError as error:
         raise error.located(file=file) from None
+
+
+def with_dataset_env(data: dict[str, Any], registry) -> dict[str, Any]:
+    """``data`` with the ``[env]`` its ``[dataset]`` was recorded on where it has a dataset and no env (the env
+    an offline run evaluates on); the dataset's table is validated and built (its metadata read) to know it."""
+    table = data.get("dataset")
+    if not isinstance(table, dict) or "env" in data:
+        return data
+    dataset = convert(table, Dataset, path="dataset",
+                      resolve=lambda cls, value, path: resolve(cls, value, path, registry)).build()
+    env = dataset.env_table()
+    if env is None:
+        raise RecipeError("the dataset names no env it was recorded on; give the recipe an [env] to evaluate on",
+                          path="dataset")
+    return {**data, "env": env}
+
+
+def refuse_offline_only(recipe: Recipe) -> None:
+    """An algorithm that learns from a dataset alone (its factory's ``offline_only``), in a recipe without one."""
+    if recipe.dataset is None and getattr(recipe.algorithm.spec.factory, "offline_only", False):
+        name = recipe.algorithm.spec.name
+        raise RecipeError(f"{name} learns from a dataset only and this recipe has none: add [dataset] (use = "
+                          f"\"minari\", path = \"DIR\", the --out of rlplug record), or --set dataset.path=DIR on "
+                          f"a recipe that has one", path="dataset")
 
 
 def nesting_beyond_limit(data: Any) -> str | None:

@@ -116,6 +116,23 @@ def trained(tmp_path_factory) -> Path:
     return trained_run(tmp_path_factory, "trained")
 
 
+PENDULUM_SAC = ROOT / "recipes" / "pendulum-sac.toml"
+
+
+def recorded_pendulum(tmp_path_factory, episodes: int = 3) -> tuple[Path, Path]:
+    """A short SAC run on Pendulum-v1 (400 frames) and ``episodes`` episodes of its policy recorded by ``rlplug
+    record`` (``pendulum-sac-v0``): the offline tests' own dataset, made without the network."""
+    folder = tmp_path_factory.mktemp("offline")
+    run = folder / "sac"
+    result = run_cli("run", str(PENDULUM_SAC), "--out", str(run), "--set", "run.total_frames=400",
+                     "--set", "eval.every_frames=0", "--set", "eval.episodes=1")
+    assert result.returncode == 0, result.stderr
+    dataset = folder / "pendulum-sac-v0"
+    result = run_cli("record", str(run), "--episodes", str(episodes), "--out", str(dataset))
+    assert result.returncode == 0, result.stderr
+    return run, dataset
+
+
 @pytest.fixture
 def run_dir(trained, tmp_path) -> Path:
     """A test's own copy of :func:`trained`."""

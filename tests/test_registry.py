@@ -349,6 +349,8 @@ def test_a_package_sharing_default_names_leaves_the_shipped_recipes_working(inst
         except UserError as error:
             if "pip install" in str(error):  # an env of an extra this venv lacks (atari, mujoco, dm_control)
                 continue
+            if error.path == "dataset.path":  # an offline recipe: the user's dataset goes there (--set)
+                continue
             raise
         assert recipe.algorithm.params["loss"].spec.plugin == "rlplug", path.name
         assert recipe.runner.spec.plugin == "rlplug", path.name

@@ -81,4 +81,4 @@ def build_parser() -> argparse.ArgumentParser:
 COMMAND_MODULES: tuple[str, ...] = ("rlplug.cli.list", "rlplug.cli.run", "rlplug.cli.show", "rlplug.cli.init",
                                    "rlplug.cli.eval", "rlplug.cli.plot", "rlplug.cli.tune", "rlplug.cli.export",
                                    "rlplug.cli.new_plugin", "rlplug.cli.set", "rlplug.cli.bench",
-                                   "rlplug.cli.check_env")
+                                   "rlplug.cli.check_env", "rlplug.cli.record")

@@ -31,8 +31,8 @@ def add_commands(subparsers) -> None:
     parser.add_argument("-o", "--output", type=Path, required=True, metavar="FILE",
                         help="the image to write (.png; .svg and .pdf work too)")
     parser.add_argument("--metric", help="the metrics.csv column to plot: episode_return (default for curves; "
-                        "training episodes) or eval_return_mean (the periodic evaluations; default with --aggregate), "
-                        "or any other column")
+                        "training episodes) or eval_return_mean (the periodic evaluations; default with --aggregate, "
+                        "and for curves of offline runs, which play no training episodes), or any other column")
     parser.add_argument("--title", help="the figure's title (default: the metric and the env)")
     parser.add_argument("--band", choices=BANDS, default="minmax",
                         help="shaded band of a group: minmax (default: from the lowest to the highest run) or "
@@ -52,10 +52,24 @@ def cmd_plot(args: argparse.Namespace) -> int:
         return cmd_aggregate(args)
     if args.gap_threshold is not None:
         raise UserError("--gap-threshold sets the optimality gap of plot --aggregate; give --aggregate too")
-    output, groups = write_plot(args.run_dirs, args.output, args.metric or "episode_return", title=args.title,
-                                band=args.band)
+    output, groups = write_plot(args.run_dirs, args.output, args.metric or default_metric(args.run_dirs),
+                                title=args.title, band=args.band)
     print(f"wrote {output}: {describe_groups(groups)}")
     return 0
+
+
+def default_metric(run_dirs: list[Path]) -> str:
+    """``episode_return``, or ``eval_return_mean`` where every run is an offline one (its recipe has a
+    ``[dataset]``): those play no training episodes."""
+    import tomllib
+
+    def offline(run_dir: Path) -> bool:
+        try:
+            return "dataset" in tomllib.loads((run_dir / "recipe.toml").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            return False
+
+    return "eval_return_mean" if run_dirs and all(map(offline, run_dirs)) else "episode_return"
 
 
 def cmd_aggregate(args: argparse.Namespace) -> int:

@@ -16,17 +16,26 @@ from rlplug.registry.docs import ComponentDoc, describe
 def add_commands(subparsers) -> None:
     """Adds ``show``."""
     show = subparsers.add_parser(
-        "show", help="describe one component: summary, plugin, parameters with types, defaults and descriptions",
+        "show", help="describe one component: summary, plugin, parameters with types, defaults and descriptions; "
+                     "or a dataset's size, returns and env",
         description="Describe one component. NAME is a component name or alias (gae), KIND:NAME "
-                    "(algorithm:ppo) where a name stands in several kinds, or plugin:name (rlplug:mlp).")
-    show.add_argument("name", metavar="NAME", help="NAME, KIND:NAME or PLUGIN:NAME (KIND:PLUGIN:NAME also works)")
+                    "(algorithm:ppo) where a name stands in several kinds, or plugin:name (rlplug:mlp). A directory "
+                    "holding a Minari dataset (the --out of rlplug record) is described instead: its size, its "
+                    "episodes' returns, its env and how its actions were chosen.")
+    show.add_argument("name", metavar="NAME", help="NAME, KIND:NAME or PLUGIN:NAME (KIND:PLUGIN:NAME also works), "
+                                                   "or a dataset's directory")
     show.add_argument("--json", action="store_true", help="machine-readable output")
     show.set_defaults(handler=cmd_show)
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from rlplug.registry import get_registry
 
+    folder = Path(args.name) if args.name else None
+    if folder is not None and folder.is_dir() and any((folder / name).is_file() for name in DATASET_FILES):
+        return show_dataset(folder, as_json=args.json)
     registry = get_registry()
     spec = find_component(registry, args.name)
     doc = describe(spec)
@@ -42,6 +51,55 @@ def cmd_show(args: argparse.Namespace) -> int:
             sys.stdout.write(plain_text(doc))
     registry.report_failures()
     return 0
+
+
+#: what makes a directory a Minari dataset for ``show``: its metadata, in minari's layout or in the folder itself
+DATASET_FILES = ("data/metadata.json", "metadata.json")
+
+
+def show_dataset(path, *, as_json: bool) -> int:
+    """A dataset's size, returns and env (:class:`rlplug.plugins.datasets.minari_format.MinariData`)."""
+    from rlplug.errors import UserError
+    from rlplug.plugins.datasets.minari_format import MinariData
+
+    try:
+        import minari  # noqa: F401
+    except ImportError:
+        raise UserError(f"{path}: reading a Minari dataset needs minari: pip install \"rlplug[offline]\"") from None
+    try:
+        facts = MinariData(path, "").describe()
+    except UserError as error:
+        raise UserError(error.message) from None
+    facts = {"path": str(path), **facts}
+    if as_json:
+        print(json.dumps(facts, indent=2))
+        return 0
+    behaviour = json.loads(facts["behaviour"]) if isinstance(facts.get("behaviour"), str) else None
+    lines = [f"dataset: {path} (Minari id {facts['dataset_id']})",
+             f"env: {facts['env'] or 'not named'}",
+             f"size: {facts['episodes']} episodes, {facts['steps']} steps",
+             f"return: mean {facts['return_mean']:.6g}, std {facts['return_std']:.4g}, min {facts['return_min']:.6g}, "
+             f"max {facts['return_max']:.6g}",
+             f"observations: {space(facts['observation_space'])}", f"actions: {space(facts['action_space'])}"]
+    if facts.get("algorithm"):
+        lines.append(f"recorded by: {facts['algorithm']}")
+    if behaviour:
+        lines.append("behaviour: " + ", ".join(f"{key} {value}" for key, value in behaviour.items()))
+    print("\n".join(lines))
+    return 0
+
+
+def space(serialised) -> str:
+    """A gymnasium space as minari serialises it (JSON), in a few words."""
+    try:
+        data = json.loads(serialised)
+    except (TypeError, ValueError):
+        return str(serialised)
+    if data.get("type") == "Discrete":
+        return f"Discrete({data.get('n')})"
+    if data.get("type") == "Box":
+        return f"Box of shape {data.get('shape')}, {data.get('dtype')}"
+    return str(data.get("type", serialised))
 
 
 # --- finding the component ------------------------------------------------------------------------------

@@ -205,6 +205,10 @@ class Intrinsic(Component):
         return {**super().resolved(), "coef": self.coef, "schedule": self.schedule, "decay": self.decay}
 
 
+class Dataset(Component):
+    kind = "dataset"
+
+
 #: an env table's ``transforms`` and ``action_mask`` belong to rlplug, not to the env's factory
 Env.own_keys = {"transforms": list[Transform], "action_mask": Literal["auto", "applied", "observed"]}
 Intrinsic.own_keys = {"coef": Annotated[float, IntrinsicRule(0.0)],
@@ -215,5 +219,5 @@ Intrinsic.own_keys = {"coef": Annotated[float, IntrinsicRule(0.0)],
 #: kind name -> annotation class, for the kinds that hooks register.
 COMPONENT_TYPES: dict[str, type[Component]] = {
     c.kind: c for c in (Env, Algorithm, Estimator, Logger, Network, ReplayBuffer, Noise, Preprocessor, Runner,
-                         Loss, Transform, Callback, Intrinsic)
+                         Loss, Transform, Callback, Intrinsic, Dataset)
 }

@@ -178,6 +178,16 @@ def rlplug_register_intrinsic_rewards(register):
     """
 
 
+@hookspec
+def rlplug_register_datasets(register):
+    """Register dataset factories; each returns recorded experience for offline runs (a recipe's top-level
+    ``[dataset]``): its transitions and the env it was recorded on (:class:`~rlplug.registry.protocols.Dataset`).
+    A factory should read no more than the dataset's metadata: the run asks for the transitions when it builds.
+
+    Context: none.
+    """
+
+
 #: kind name -> hook name, the single list of kinds.
 HOOKS = {
     "env": "rlplug_register_envs",
@@ -193,6 +203,7 @@ HOOKS = {
     "transform": "rlplug_register_transforms",
     "callback": "rlplug_register_callbacks",
     "intrinsic": "rlplug_register_intrinsic_rewards",
+    "dataset": "rlplug_register_datasets",
 }
 
 #: kind name -> the context names the built-in run gives its factories (each hookspec's "Context:" line).
@@ -211,4 +222,5 @@ CONTEXT = {
     "transform": ("device",),
     "callback": ("run_dir",),
     "intrinsic": ("observation_spec", "action_spec", "device", "seed"),
+    "dataset": (),
 }

@@ -42,6 +42,7 @@ BUILTIN_MODULES = (
     "rlplug.plugins.transforms",
     "rlplug.plugins.callbacks",
     "rlplug.plugins.intrinsic",
+    "rlplug.plugins.datasets",
 )
 #: packages whose every sub-package (a folder with an ``__init__.py``) is a built-in plugin module too: an
 #: algorithm is added by its folder alone, registering itself as a third-party package's would

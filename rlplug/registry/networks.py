@@ -25,6 +25,13 @@ class ActorCriticNetworks(TypedDict):
     critics: list[TensorDictModuleBase]
 
 
+class ValueActorCriticNetworks(ActorCriticNetworks):
+    """IQL's: an actor, Q-critics, and a value network of the observation alone."""
+
+    #: a ``value`` network (the expectile of the critics' values)
+    value: TensorDictModuleBase
+
+
 class QNetworks(TypedDict):
     """DQN's: one network of one Q-value per discrete action."""
 

@@ -121,6 +121,14 @@ class Algorithm(Protocol):
         kit's off-policy family has it."""
 
     @optional
+    def learn_offline(self, transitions: TensorDictBase) -> None:
+        """An offline run (a recipe's ``[dataset]``): learn from ``transitions`` alone, never from collected
+        batches, which are then empty TensorDicts of the update's sample count (what ``run.total_frames``
+        counts). ``transitions`` holds ``observation``, ``action`` and ``("next", "observation" | "reward" |
+        "terminated" | "truncated" | "done")``. Called once after the algorithm is built, before any state
+        is loaded; it may change ``frames_per_batch``."""
+
+    @optional
     def rounded_cadence(self, unit: int) -> str | None:
         """Where the frames of its update may change: ``frames_per_batch`` rounded up to a multiple of ``unit``
         (every Ray worker's envs stepping alike), whatever follows the frames (gradient steps) scaled with them;
@@ -572,6 +580,23 @@ class Intrinsic(Protocol):
         """Put back what :meth:`state_dict` returned."""
 
 
+class Dataset(Protocol):
+    """Recorded experience an offline run learns from (a recipe's ``[dataset]``)."""
+
+    def env_table(self) -> dict[str, Any] | None:
+        """The recipe ``[env]`` table of the env the data was recorded on, which an offline run evaluates on
+        where the recipe has no ``[env]``; None where the data names no env."""
+
+    def transitions(self, device: str) -> TensorDictBase:
+        """Every recorded step as ``[N]`` transitions: ``observation``, ``action`` (class indices, int64
+        ``[N]``, for discrete actions: the run lays them out as its env's spec does), ``("next", "observation" |
+        "reward" | "terminated" | "truncated" | "done")``, rewards and flags shaped ``[N, 1]``."""
+
+    @optional
+    def describe(self) -> dict[str, Any]:
+        """What ``rlplug show`` prints of it: its size, its episodes' returns, its env."""
+
+
 class Transform(Protocol):
     """An env transform: a TorchRL ``Transform``."""
 
@@ -587,5 +612,5 @@ class Transform(Protocol):
 PROTOCOLS: dict[str, type] = {  # kind -> the protocol its components follow
     "env": Env, "algorithm": Algorithm, "estimator": Estimator, "logger": Logger, "network": Network,
     "replay_buffer": ReplayBuffer, "noise": Noise, "preprocessor": Preprocessor, "runner": Runner, "loss": Loss,
-    "transform": Transform, "callback": Callback, "intrinsic": Intrinsic,
+    "transform": Transform, "callback": Callback, "intrinsic": Intrinsic, "dataset": Dataset,
 }

@@ -121,6 +121,9 @@ def refuse_unbatchable_recipe(recipe: Recipe) -> None:
 def refuse_unbatchable_run(run: Run) -> None:
     """What the first seed's built run tells: recurrent networks, an algorithm or env that cannot be batched."""
     title = run.recipe.algorithm.title
+    if run.recipe.dataset is not None:
+        raise UserError(f"an offline run ([dataset]) collects nothing for the seeds to step together; {RETRY}",
+                        path="dataset")
     if is_recurrent(run.algorithm.policy):
         raise UserError(f"recurrent networks carry a hidden state per env through collection, which --batched "
                         f"does not stack; {RETRY}", path="algorithm.policy")

@@ -64,7 +64,10 @@ def write_aggregate(out: Path, returns: dict[int, float], recipe: Recipe, gap_th
         from rlplug.run.curves import plot_runs
 
         try:
-            curves = f"; curves in {plot_runs([out / f'seed-{seed}' for seed in returns], out / 'curve.png')}"
+            # an offline run plays no training episodes: its curve is its evaluations'
+            metric = "eval_return_mean" if recipe.dataset is not None else "episode_return"
+            seeds = [out / f"seed-{seed}" for seed in returns]
+            curves = f"; curves in {plot_runs(seeds, out / 'curve.png', metric)}"
         except UserError as error:  # runs too short to have finished an episode: the numbers still stand
             curves = f" (no plot: {error})"
         print(f"eval return over {len(returns)} seeds: {describe_aggregate(aggregate)}; std {aggregate['std']:.4g}; "

@@ -111,6 +111,11 @@ class Run:
             opened.callback(close_env, eval_env)
             if recipe.eval.env is not None:
                 check_eval_env(env, eval_env, "eval.env")
+            transitions = None
+            if recipe.dataset is not None:  # offline: the dataset is all it learns from (rlplug.run.offline)
+                from rlplug.run.offline import offline_collector, read_dataset
+
+                transitions = read_dataset(recipe, env)
             algorithm = recipe.algorithm.build(
                 observation_spec=env.observation_spec, action_spec=env.action_spec, device=settings.device,
                 seed=settings.seed, total_frames=settings.total_frames, run_dir=run_dir,
@@ -126,9 +131,14 @@ class Run:
 
                 video_env = open_video_env(recipe, {})
                 opened.callback(close_env, video_env)
-            # Last, as it may start workers elsewhere (the ray runner): every other check has passed by now.
-            collector = conform(protocols.Collector, runner.collector(env, algorithm.policy, algorithm.frames_per_batch,
-                seed=settings.seed, recipe=recipe, algorithm=algorithm), f"{recipe.runner.title}'s collector()")
+            if transitions is not None:
+                collector = conform(protocols.Collector, offline_collector(recipe, algorithm, transitions),
+                                    "the offline collector")
+            else:
+                # Last, as it may start workers elsewhere (the ray runner): every other check has passed by now.
+                collector = conform(protocols.Collector, runner.collector(env, algorithm.policy,
+                    algorithm.frames_per_batch, seed=settings.seed, recipe=recipe, algorithm=algorithm),
+                    f"{recipe.runner.title}'s collector()")
             opened.pop_all()
         return cls(recipe, run_dir, env, eval_env, algorithm, collector, video_env=video_env, claim=claim,
                    callbacks=callbacks)

@@ -9,12 +9,30 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from rlplug.registry.hookspecs import hookimpl
-from rlplug.registry.schema import Range
+from rlplug.registry.schema import Check, Range
 
 Capacity = Annotated[int, Range(ge=1)]
 Fraction = Annotated[float, Range(ge=0.0, le=1.0)]
 #: 'memory': tensors on the run's device, saved whole in checkpoints; 'memmap': files under RUN_DIR/replay
 Storage = Literal["memory", "memmap"]
+
+
+def prefill_problem(path: str) -> str | None:
+    """What is wrong with a ``prefill`` dataset, read from its metadata alone (torch-free)."""
+    from pathlib import Path
+
+    from rlplug.errors import UserError
+    from rlplug.plugins.datasets.minari_format import read_metadata
+
+    try:
+        read_metadata(Path(path), "prefill")
+    except UserError as error:
+        return error.message
+    return None
+
+
+#: a Minari dataset's directory (the --out of rlplug record) whose transitions the buffer holds from the start
+Prefill = Annotated[str, Check(prefill_problem)]
 
 
 def make_uniform(
@@ -23,6 +41,9 @@ def make_uniform(
     #: 'memory' (tensors on the run's device, saved whole in checkpoints) or 'memmap' (files under
     #: RUN_DIR/replay, for buffers larger than memory; checkpoints keep only the cursor and RNG)
     storage: Storage = "memory",
+    #: a Minari dataset's directory (the --out of rlplug record) whose transitions the buffer holds from the start,
+    #: rewards as recorded (an offline run's data seeding an online one; unset: none)
+    prefill: Prefill | None = None,
     run_dir=None,
     device="cpu",
     seed=0,
@@ -32,8 +53,9 @@ def make_uniform(
     """A ring of transitions sampled uniformly with replacement (seeded by the run's seed)."""
     from rlplug.plugins.replay_buffers.buffers import ReplayBuffer
 
-    return ReplayBuffer(capacity, storage=storage, run_dir=run_dir, device=device, seed=seed,
-                        transition_bytes=_transition_bytes(observation_spec, action_spec))
+    buffer = ReplayBuffer(capacity, storage=storage, run_dir=run_dir, device=device, seed=seed,
+                          transition_bytes=_transition_bytes(observation_spec, action_spec))
+    return prefilled(buffer, prefill, observation_spec, action_spec, device)
 
 
 def make_prioritized(
@@ -50,6 +72,9 @@ def make_prioritized(
     #: 'memory' (tensors on the run's device, saved whole in checkpoints) or 'memmap' (files under
     #: RUN_DIR/replay, for buffers larger than memory; checkpoints keep only the cursor, RNG and priorities)
     storage: Storage = "memory",
+    #: a Minari dataset's directory (the --out of rlplug record) whose transitions the buffer holds from the start,
+    #: rewards as recorded, at the highest priority (unset: none)
+    prefill: Prefill | None = None,
     run_dir=None,
     device="cpu",
     seed=0,
@@ -64,9 +89,29 @@ def make_prioritized(
     """
     from rlplug.plugins.replay_buffers.prioritized import PrioritizedReplayBuffer
 
-    return PrioritizedReplayBuffer(capacity, alpha=alpha, beta=beta, beta_final=beta_final, eps=eps,
-                                   total_frames=total_frames, storage=storage, run_dir=run_dir, device=device,
-                                   seed=seed, transition_bytes=_transition_bytes(observation_spec, action_spec))
+    buffer = PrioritizedReplayBuffer(capacity, alpha=alpha, beta=beta, beta_final=beta_final, eps=eps,
+                                     total_frames=total_frames, storage=storage, run_dir=run_dir, device=device,
+                                     seed=seed, transition_bytes=_transition_bytes(observation_spec, action_spec))
+    return prefilled(buffer, prefill, observation_spec, action_spec, device)
+
+
+def prefilled(buffer, prefill: str | None, observation_spec, action_spec, device: str):
+    """``buffer`` holding the transitions of the dataset at ``prefill`` (fitted to the env's specs), if any."""
+    if prefill is None:
+        return buffer
+    from pathlib import Path
+
+    from rlplug.errors import UserError
+    from rlplug.plugins.datasets.layout import laid_out
+    from rlplug.plugins.datasets.minari_format import MinariData
+
+    key = "algorithm.replay_buffer.prefill"
+    if observation_spec is None or action_spec is None:
+        raise UserError("prefill fits the dataset to the env's specs, which this buffer was not given", path=key)
+    transitions = laid_out(MinariData(Path(prefill), key).transitions(device), observation_spec, action_spec, key)
+    buffer.extend(transitions.select("observation", "action", ("next", "observation"), ("next", "reward"),
+                                     ("next", "terminated")))
+    return buffer
 
 
 def _transition_bytes(observation_spec, action_spec) -> int:

@@ -1,0 +1,44 @@
+"""A dataset's transitions fitted to an env's specs: checked (observations and actions of the env's shapes, the
+same kind of actions) and discrete actions laid out as the spec lays them (one-hot or an index). Shared by offline
+runs (:mod:`rlplug.run.offline`) and a replay buffer's ``prefill``."""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDictBase
+
+from rlplug.errors import UserError
+from rlplug.networks import observation_key
+
+
+def laid_out(transitions: TensorDictBase, observation_spec, action_spec, path: str) -> TensorDictBase:
+    """``transitions`` fitted to one env's specs (``observation_spec``'s batch dims are the env's copies); one
+    line at ``path`` where they do not fit."""
+    dims = len(observation_spec.shape)
+    observation_shape = tuple(observation_spec[observation_key(observation_spec)].shape[dims:])
+    recorded = tuple(transitions.get("observation").shape[1:])
+    if recorded != observation_shape:
+        raise UserError(f"the dataset's observations are of shape {list(recorded)} and the env's of "
+                        f"{list(observation_shape)}: it was recorded on another env (or other observation options)",
+                        path=path)
+    action = transitions.get("action")
+    discrete = action_spec.domain == "discrete"
+    if discrete != (not action.is_floating_point()):
+        kinds = ("discrete", "continuous")
+        raise UserError(f"the dataset's actions are {kinds[action.is_floating_point()]} and the env's are "
+                        f"{kinds[not discrete]}: it was recorded on another env", path=path)
+    action_shape = tuple(action_spec.shape[dims:])
+    if discrete:
+        count = int(action_spec.space.n)
+        if action.ndim != 1 or int(action.max()) >= count or int(action.min()) < 0:
+            raise UserError(f"the dataset's actions are not indices of the env's {count} actions: it was recorded "
+                            f"on another env", path=path)
+        if "OneHot" in type(action_spec).__name__:
+            action = torch.nn.functional.one_hot(action, count).to(action_spec.dtype)
+        else:
+            action = action.reshape(len(action), *action_shape).to(action_spec.dtype)
+    elif tuple(action.shape[1:]) != action_shape:
+        raise UserError(f"the dataset's actions are of shape {list(action.shape[1:])} and the env's of "
+                        f"{list(action_shape)}: it was recorded on another env", path=path)
+    transitions.set("action", action)
+    return transitions

@@ -1,0 +1,300 @@
+"""Offline runs: a recipe's ``[dataset]`` (a Minari dataset ``rlplug record`` wrote) learned from by ``bc``,
+``iql``, ``cql`` and ``td3-bc``, through the command line; and each user error one line, nothing created."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tomllib
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import ROOT, one_line_error, recorded_pendulum, run_cli
+
+pytestmark = pytest.mark.slow  # a run is trained and recorded, and the command line started
+
+pytest.importorskip("minari")
+
+RECIPES = {name: ROOT / "recipes" / f"pendulum-offline-{name}.toml" for name in ("bc", "iql", "cql", "td3bc")}
+#: two updates of 256 samples, one evaluation episode at the end
+SHORT = ["--set", "run.total_frames=512", "--set", "eval.every_frames=0", "--set", "eval.episodes=1"]
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    return recorded_pendulum(tmp_path_factory)
+
+
+def synthetic(folder, *, discrete: bool = False, steps: int = 300, env: bool = True):
+    """A Minari dataset of random Pendulum-shaped steps (3 observations), written by the same writer as ``record``:
+    continuous actions in [-2, 2] or, with ``discrete``, 3 classes; named as recorded on Pendulum-v1 (``env``) or
+    on no env."""
+    import gymnasium as gym
+
+    from rlplug.plugins.datasets.minari_format import write_dataset
+
+    folder.mkdir()
+    generator = np.random.default_rng(0)
+    half = steps // 2
+    episodes = [{"observations": generator.normal(size=(half + 1, 3)).astype(np.float32),
+                 "actions": generator.integers(0, 3, half) if discrete
+                 else generator.uniform(-2, 2, (half, 1)).astype(np.float32),
+                 "rewards": generator.normal(size=half), "terminations": np.zeros(half, bool),
+                 "truncations": np.arange(half) == half - 1} for _ in range(2)]
+    action_space = gym.spaces.Discrete(3) if discrete else gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
+    write_dataset(folder, episodes, observation_space=gym.spaces.Box(-np.inf, np.inf, (3,), np.float32),
+                  action_space=action_space, env_spec=gym.spec("Pendulum-v1") if env else None,
+                  metadata={"dataset_id": folder.name})
+    return folder
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_each_offline_recipe_learns_from_a_recorded_dataset(recorded, tmp_path, name):
+    _, dataset = recorded
+    out = tmp_path / "run"
+    result = run_cli("run", str(RECIPES[name]), "--out", str(out), "--set", f"dataset.path={dataset}", *SHORT)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["frames"] == 512 and summary["iterations"] == 2
+    assert summary["episodes"] == 0 and np.isfinite(summary["eval_return_mean"])
+    recipe = tomllib.loads((out / "recipe.toml").read_text())
+    assert recipe["env"]["id"] == "Pendulum-v1" and recipe["dataset"]["path"] == str(dataset)  # the dataset's env
+    header = (out / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"loss_bc"} <= set(header) if name == "bc" else {"loss_actor", "loss_qvalue"} <= set(header)
+    state = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert state["algorithm"]["replay_buffer"] == {}  # the dataset is read again, never kept
+    assert state["algorithm"]["steps"] == 2
+
+
+def test_an_offline_run_resumes_and_evaluates_like_any_run(recorded, tmp_path):
+    _, dataset = recorded
+    out = tmp_path / "run"
+    result = run_cli("run", str(RECIPES["iql"]), "--out", str(out), "--set", f"dataset.path={dataset}", *SHORT)
+    assert result.returncode == 0, result.stderr
+    result = run_cli("resume", str(out), "--set", "run.total_frames=1024")
+    assert result.returncode == 0, result.stderr
+    assert json.loads((out / "summary.json").read_text())["frames"] == 1024
+    assert torch.load(out / "checkpoint.pt", weights_only=True)["algorithm"]["steps"] == 4
+    result = run_cli("eval", str(out), "--episodes", "1")
+    assert result.returncode == 0, result.stderr
+    assert "episodes: 1 of Pendulum-v1" in result.stdout
+
+
+def built(recipe_name: str, dataset, tmp_path, *overrides: str):
+    from rlplug import recipe as recipes
+    from rlplug.run.trainer import Run
+
+    recipe = recipes.load(RECIPES[recipe_name], [f"dataset.path={dataset}", *overrides])
+    return Run.build(recipe, tmp_path / recipe_name)
+
+
+def test_the_recipe_keys_reach_torchrls_losses(tmp_path):
+    dataset = synthetic(tmp_path / "random-v0")
+    iql = built("iql", dataset, tmp_path, "algorithm.reward_scale=2.0", "algorithm.reward_offset=1.0",
+                "algorithm.expectile=0.6", "algorithm.temperature=2.0",
+                "algorithm.gamma=0.9", "algorithm.loss.use=IQLLoss", "algorithm.loss.num_qvalue_nets=3")
+    cql = built("cql", dataset, tmp_path, "algorithm.min_q_weight=2.0", "algorithm.num_random=4",
+                "algorithm.cql_temperature=0.5", "algorithm.max_q_backup=true", "algorithm.initial_entropy_coef=0.3")
+    td3bc = built("td3bc", dataset, tmp_path, "algorithm.alpha=1.5", "algorithm.target_policy_noise=0.1",
+                  "algorithm.target_noise_clip=0.3")
+    bc = built("bc", dataset, tmp_path, "algorithm.loss.use=BCLoss", "algorithm.loss.loss_function=l1",
+               "algorithm.batch_size=100", "algorithm.gradient_steps=3")
+    try:
+        loss = iql.algorithm.loss_module
+        assert type(loss).__name__ == "IQLLoss" and (loss.expectile, loss.temperature, loss.num_qvalue_nets) == \
+            (0.6, 2.0, 3)
+        assert loss.value_estimator.gamma.item() == pytest.approx(0.9)
+        recorded = bc.algorithm.replay.transitions.get(("next", "reward"))  # bc's rewards: as recorded
+        torch.testing.assert_close(iql.algorithm.replay.transitions.get(("next", "reward")), recorded * 2.0 + 1.0)
+        loss = cql.algorithm.loss_module
+        assert type(loss).__name__ == "CQLLoss"
+        assert (loss.min_q_weight, loss.num_random, loss.temperature, loss.max_q_backup) == (2.0, 4, 0.5, True)
+        assert loss.log_alpha.exp().item() == pytest.approx(0.3)
+        assert cql.algorithm.loss_module.term_learners["loss_cql"] == "critic"
+        loss = td3bc.algorithm.loss_module
+        assert type(loss).__name__ == "TD3BCLoss" and loss.alpha == 1.5
+        assert (loss.policy_noise, loss.noise_clip) == (pytest.approx(0.1), pytest.approx(0.3))
+        loss = bc.algorithm.loss_module
+        assert type(loss).__name__ == "BCLoss" and loss.loss_function == "l1"
+        assert bc.algorithm.frames_per_batch == 300  # an update's samples: what run.total_frames counts
+    finally:
+        for run in (iql, cql, td3bc, bc):
+            run.close(abandon=True)
+
+
+def test_bc_regresses_the_actor_on_the_datasets_actions(tmp_path):
+    """Known input: one gradient step of bc is one SGD step down the squared error between the actor's actions and
+    the dataset's, on the dataset's observations (the sample fixed to the whole dataset here)."""
+    dataset = synthetic(tmp_path / "random-v0")
+    run = built("bc", dataset, tmp_path, "algorithm.optimizer=sgd", "algorithm.lr=0.1", "algorithm.batch_size=300")
+    try:
+        algorithm = run.algorithm
+        actor = algorithm.actor
+        data = algorithm.replay.transitions
+        algorithm.replay.sample = lambda batch_size: data[:batch_size].clone()
+        before = [p.detach().clone() for p in actor.parameters()]
+        predicted = actor(data.select("observation").clone()).get("action")
+        expected = torch.nn.functional.mse_loss(predicted, data.get("action"))
+        grads = torch.autograd.grad(expected, list(actor.parameters()))
+        metrics = algorithm.update(run.collector.collect())
+        assert metrics["loss_bc"] == pytest.approx(expected.item(), rel=1e-5)
+        for parameter, old, grad in zip(actor.parameters(), before, grads, strict=True):
+            torch.testing.assert_close(parameter.detach(), old - 0.1 * grad, rtol=1e-4, atol=1e-6)
+    finally:
+        run.close(abandon=True)
+
+
+def test_dataset_mistakes_are_one_line_and_create_nothing(recorded, tmp_path):
+    _, dataset = recorded
+    out = tmp_path / "run"
+
+    def refused(recipe: str, *flags: str, fragments: tuple[str, ...]):
+        one_line_error(run_cli("run", str(RECIPES[recipe]), "--out", str(out), *SHORT, *flags), *fragments)
+        assert not out.exists()
+
+    refused("iql", fragments=("pendulum-offline-iql.toml: dataset.path: no Minari dataset at SET-ME",
+                              "rlplug record"))
+    empty = tmp_path / "empty-v0"
+    shutil.copytree(dataset, empty)
+    metadata = json.loads((empty / "data" / "metadata.json").read_text())
+    (empty / "data" / "metadata.json").write_text(json.dumps({**metadata, "total_steps": 0}))
+    refused("bc", f"--set=dataset.path={empty}", fragments=("dataset.path:", "the dataset is empty"))
+    corrupt = tmp_path / "corrupt-v0"
+    shutil.copytree(dataset, corrupt)
+    data = corrupt / "data" / "main_data.hdf5"
+    data.write_bytes(data.read_bytes()[:2000])
+    refused("cql", f"--set=dataset.path={corrupt}", fragments=("dataset.path:", "do not read", "damaged"))
+    (corrupt / "data" / "metadata.json").write_text("{not json")
+    refused("cql", f"--set=dataset.path={corrupt}", fragments=("metadata.json: not a Minari dataset's metadata",))
+    other_env = ["--set", "env.use=gym", "--set", "env.id=MountainCarContinuous-v0"]
+    refused("td3bc", f"--set=dataset.path={dataset}", *other_env,
+            fragments=("dataset: the dataset was recorded on Pendulum-v1", "MountainCarContinuous-v0"))
+    discrete = synthetic(tmp_path / "discrete-v0", discrete=True)
+    refused("iql", f"--set=dataset.path={discrete}",
+            fragments=("dataset: the dataset's actions are discrete and the env's are continuous",))
+    nameless = synthetic(tmp_path / "nameless-v0", env=False)
+    refused("iql", f"--set=dataset.path={nameless}", fragments=("dataset: the dataset names no env",))
+    refused("iql", "--set=dataset.path=x", "--set=dataset.id=y-v0", fragments=("path or its id",))
+
+
+def test_algorithms_and_datasets_that_do_not_go_together(recorded, tmp_path):
+    _, dataset = recorded
+    out = tmp_path / "run"
+    without = tmp_path / "bc.toml"
+    text = RECIPES["bc"].read_text()
+    start, end = text.index("[dataset]"), text.index("[algorithm]")
+    without.write_text(text[:start] + '[env]\nuse = "gym"\nid = "Pendulum-v1"\n\n' + text[end:])
+    one_line_error(run_cli("run", str(without), "--out", str(out)),
+                   "bc.toml: dataset: bc learns from a dataset only and this recipe has none")
+    sac = ROOT / "recipes" / "pendulum-sac.toml"
+    one_line_error(run_cli("run", str(sac), "--out", str(out), "--set", "dataset.use=minari",
+                           "--set", f"dataset.path={dataset}"),
+                   "pendulum-sac.toml: dataset: sac learns from the experience it collects, not from a dataset")
+    assert not out.exists()
+
+
+def online(recipe_name: str, folder) -> str:
+    """The offline recipe ``recipe_name`` as an online one: ``[env]`` instead of ``[dataset]``."""
+    text = RECIPES[recipe_name].read_text()
+    start, end = text.index("[dataset]"), text.index("[algorithm]")
+    path = folder / f"{recipe_name}-online.toml"
+    path.write_text(text[:start] + '[env]\nuse = "gym"\nid = "Pendulum-v1"\n\n' + text[end:])
+    return str(path)
+
+
+@pytest.mark.parametrize("name", ["iql", "cql"])
+def test_an_offline_run_goes_on_online_from_its_weights_with_the_dataset_in_its_replay(recorded, tmp_path, name):
+    _, dataset = recorded
+    offline = tmp_path / "offline"
+    result = run_cli("run", str(RECIPES[name]), "--out", str(offline), "--set", f"dataset.path={dataset}", *SHORT)
+    assert result.returncode == 0, result.stderr
+    out = tmp_path / "online"
+    result = run_cli("run", online(name, tmp_path), "--out", str(out), "--init-from", str(offline),
+                     "--set", "algorithm.replay_buffer.use=uniform",
+                     "--set", f"algorithm.replay_buffer.prefill={dataset}", "--set", "algorithm.learning_starts=0",
+                     "--set", "run.total_frames=4", *SHORT[2:])
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["frames"] == 4 and summary["init_from"]["frames"] == 512
+    rows = (out / "metrics.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    assert float(rows[1].split(",")[header.index("buffer_size")]) == 601  # the dataset's 600 steps, then one more
+    source = torch.load(offline / "checkpoint.pt", weights_only=True)["algorithm"]["loss"]
+    first = next(key for key in source if "actor_network_params" in key)
+    state = torch.load(out / "checkpoint.pt", weights_only=True)["algorithm"]["loss"]
+    assert not torch.equal(state[first], torch.zeros_like(state[first])) and first in state
+
+
+def test_prefill_mistakes_are_one_line(recorded, tmp_path):
+    _, dataset = recorded
+    out = tmp_path / "run"
+    recipe = online("iql", tmp_path)
+    uniform = ["--out", str(out), "--set", "algorithm.replay_buffer.use=uniform"]
+    one_line_error(run_cli("run", recipe, *uniform, "--set", f"algorithm.replay_buffer.prefill={out}"),
+                   "algorithm.replay_buffer.prefill: no Minari dataset at")
+    one_line_error(run_cli("run", recipe, *uniform, "--set", f"algorithm.replay_buffer.prefill={dataset}",
+                           "--set", "env.id=MountainCarContinuous-v0"),
+                   "algorithm.replay_buffer.prefill: the dataset's observations are of shape [3]")
+    assert not out.exists()
+
+
+def test_show_describes_a_dataset_and_plot_takes_offline_runs(recorded, tmp_path):
+    run, dataset = recorded
+    result = run_cli("show", str(dataset))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"dataset: {dataset} (Minari id pendulum-sac-v0)" and lines[1] == "env: Pendulum-v1"
+    assert lines[2] == "size: 3 episodes, 600 steps" and lines[3].startswith("return: mean -")
+    assert "recorded by: rlplug:sac" in lines
+    shown = json.loads(run_cli("show", str(dataset), "--json").stdout)
+    assert shown["episodes"] == 3 and shown["steps"] == 600 and shown["env"] == "Pendulum-v1"
+    assert shown["return_min"] <= shown["return_mean"] <= shown["return_max"] < 0
+    damaged = tmp_path / "damaged-v0"
+    shutil.copytree(dataset, damaged)
+    (damaged / "data" / "main_data.hdf5").write_bytes(b"")
+    one_line_error(run_cli("show", str(damaged)), "damaged-v0: the dataset's episodes do not read")
+    out = tmp_path / "run"
+    result = run_cli("run", str(RECIPES["bc"]), "--out", str(out), "--set", f"dataset.path={dataset}", *SHORT)
+    assert result.returncode == 0, result.stderr
+    result = run_cli("plot", str(out), "-o", str(tmp_path / "curve.png"))  # evaluations: no training episodes
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "curve.png").stat().st_size > 0
+
+
+def test_discrete_cql_and_iql_learn_from_a_recorded_dqn_policy(tmp_path):
+    dqn = tmp_path / "dqn"
+    result = run_cli("run", str(ROOT / "recipes" / "cartpole-dqn.toml"), "--out", str(dqn),
+                     "--set", "run.total_frames=500", "--set", "eval.every_frames=0", "--set", "eval.episodes=1")
+    assert result.returncode == 0, result.stderr
+    dataset = tmp_path / "cartpole-dqn-v0"
+    result = run_cli("record", str(dqn), "--episodes", "2", "--epsilon", "0.2", "--out", str(dataset))
+    assert result.returncode == 0, result.stderr
+    for name, flags, terms in (("cql", ["--set", "algorithm.target_update_interval=16"], {"loss_qvalue", "loss_cql"}),
+                               ("iql", [], {"loss_actor", "loss_qvalue", "loss_value"})):
+        out = tmp_path / name
+        recipe = ROOT / "recipes" / f"cartpole-offline-discrete-{name}.toml"
+        result = run_cli("run", str(recipe), "--out", str(out), "--set", f"dataset.path={dataset}",
+                         "--set", "algorithm.batch_size=8", "--set", "run.total_frames=64", *flags, *SHORT[2:])
+        assert result.returncode == 0, result.stderr
+        assert json.loads((out / "summary.json").read_text())["frames"] == 64
+        header = (out / "metrics.csv").read_text().splitlines()[0].split(",")
+        assert terms <= set(header)
+        assert tomllib.loads((out / "recipe.toml").read_text())["env"]["id"] == "CartPole-v1"
+    # continuous actions' algorithms refuse it in one line
+    one_line_error(run_cli("run", str(RECIPES["iql"]), "--out", str(out / "x"), "--set", f"dataset.path={dataset}"),
+                   "iql is for continuous actions")
+
+
+def test_seeds_of_an_offline_recipe_one_after_another_not_together(recorded, tmp_path):
+    _, dataset = recorded
+    out = tmp_path / "seeds"
+    flags = ["--set", f"dataset.path={dataset}", "--set", "run.total_frames=512", "--set", "eval.every_frames=256",
+             "--set", "eval.episodes=1"]
+    result = run_cli("run", str(RECIPES["bc"]), "--out", str(out), "--seeds", "0-1", *flags)
+    assert result.returncode == 0, result.stderr
+    assert (out / "aggregate.json").is_file() and (out / "curve.png").is_file()  # the evaluations' curves
+    one_line_error(run_cli("run", str(RECIPES["bc"]), "--out", str(tmp_path / "b"), "--seeds", "0-1", "--batched",
+                           *flags), "dataset: an offline run ([dataset]) collects nothing")
+    assert not (tmp_path / "b").exists()
