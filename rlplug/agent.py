@@ -206,6 +206,7 @@ class Agent:
         the action is one it allows."""
         env = self.run.env
         observation, mask = split_mask(env.observation_spec, observation)
+        observation = policy_entries(self.run.recipe.env.policy_in_keys, observation)
         check_observation(env.observation_spec, observation)
         normalize = env_capability(env, protocols.Env.normalize_observation)
         if normalize:
@@ -277,6 +278,21 @@ def split_mask(observation_spec, observation: Any) -> tuple[Any, np.ndarray | No
     if not isinstance(observation_spec[observation_key(observation_spec)], Composite) and len(rest) == 1:
         rest = next(iter(rest.values()))
     return rest, np.asarray(observation[MASK])
+
+
+def policy_entries(names: Sequence[str], observation: Any) -> Any:
+    """``select_action``'s observation as the policy reads it where ``[algorithm.policy] in_keys`` names its
+    entries and the observation is the env's dict: the named entries, concatenated along their last axis as the
+    env's ``observation`` gathers vectors (:mod:`rlplug.core.observations`); otherwise as it is."""
+    if not names or not isinstance(observation, Mapping):
+        return observation
+    missing = [name for name in names if name not in observation]
+    if missing:
+        raise UserError(f"select_action(observation=...): the policy reads the entries {list(names)} "
+                        f"([algorithm.policy] in_keys), and this dict has no {missing[0]!r}")
+    if len(names) == 1:
+        return observation[names[0]]
+    return np.concatenate([np.asarray(observation[name], dtype=np.float32) for name in names], axis=-1)
 
 
 def mask_batch(mask: np.ndarray, rows: int, single: bool) -> torch.Tensor:

@@ -11,14 +11,14 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any
 
 from rlplug.errors import RecipeError, UserError
 from rlplug.plugins.loggers import shared_file_problem
 from rlplug.registry import get_registry, resolve
-from rlplug.registry.components import Algorithm, Callback, Dataset, Env, Logger, Runner
+from rlplug.registry.components import Algorithm, Callback, Dataset, Env, Logger, Network, Runner
 from rlplug.registry.schema import Check, Range, convert
 
 #: Tables, arrays and dotted keys nest at most this deep in a recipe (the built-in ones need 4): deeper input is
@@ -218,7 +218,7 @@ def validate(data: dict[str, Any], *, file: str = "<recipe>") -> Recipe:
         data = with_dataset_env(data, registry)
         recipe = convert(data, Recipe, path="", resolve=lambda cls, table, path: resolve(cls, table, path, registry))
         refuse_offline_only(recipe)
-        return recipe
+        return with_network_entries(recipe)
     except UserError as error:
         raise error.located(file=file) from None
 
@@ -245,6 +245,28 @@ def refuse_offline_only(recipe: Recipe) -> None:
         raise RecipeError(f"{name} learns from a dataset only and this recipe has none: add [dataset] (use = "
                           f"\"minari\", path = \"DIR\", the --out of rlplug record), or --set dataset.path=DIR on "
                           f"a recipe that has one", path="dataset")
+
+
+def with_network_entries(recipe: Recipe) -> Recipe:
+    """``recipe`` with its envs told the entries ``[algorithm.policy] in_keys`` and ``[algorithm.critic] in_keys``
+    name (an asymmetric actor-critic's: every env built from it gathers them, :mod:`rlplug.core.observations`);
+    ``in_keys`` on any other network table, or in an offline run (which learns from the dataset's observations
+    alone), refused at its key."""
+    named = {name: recipe.algorithm.params.get(name) for name in ("policy", "critic")}
+    for path, component in recipe.components():
+        if isinstance(component, Network) and component.in_keys and not any(component is n for n in named.values()):
+            raise RecipeError("in_keys is read on [algorithm.policy] and [algorithm.critic] only (the entries of an "
+                              "asymmetric actor-critic)", path=f"{path}.in_keys")
+    keys = {name: network.in_keys if isinstance(network, Network) else () for name, network in named.items()}
+    if not any(keys.values()):
+        return recipe
+    if recipe.dataset is not None:
+        name = "policy" if keys["policy"] else "critic"
+        raise RecipeError("an offline run learns from the dataset's observations, which hold no other entries; "
+                          "leave in_keys unset", path=f"algorithm.{name}.in_keys")
+    env = replace(recipe.env, policy_in_keys=keys["policy"], critic_in_keys=keys["critic"])
+    evaluated = recipe.eval.env and replace(recipe.eval.env, policy_in_keys=keys["policy"])
+    return replace(recipe, env=env, eval=replace(recipe.eval, env=evaluated))
 
 
 def nesting_beyond_limit(data: Any) -> str | None:

@@ -221,11 +221,13 @@ def test_asking_for_a_mask_on_an_env_without_one_refused(tmp_path):
     one_line_error(result, "env.action_mask", "no 'action_mask' entry")
 
 
-def test_flattening_a_masked_observation_refused(tmp_path):
-    """Flattened, the mask would be features the networks read and the actions would go unmasked."""
+@pytest.mark.parametrize("key", ["env.flatten_observations=true", "env.frame_stack=4"])
+def test_flattening_or_stacking_a_masked_observation_refused(tmp_path, key):
+    """Flattened, the mask would be features the networks read and the actions would go unmasked; stacked, it
+    would be k masks, of the past steps too."""
     result = run_cli("run", str(ROOT / "recipes" / "cartpole-ppo.toml"), "--set", "env.id=rlplug/MaskedCartPole-v1",
-                     "--set", "env.flatten_observations=true", "--out", str(tmp_path / "run"))
-    one_line_error(result, "env.flatten_observations", "action_mask")
+                     "--set", key, "--out", str(tmp_path / "run"))
+    one_line_error(result, key.partition("=")[0], "action_mask")
     assert not (tmp_path / "run").exists()
 
 

@@ -66,6 +66,39 @@ def test_killed_and_resumed_run_ends_exactly_where_an_uninterrupted_one_does(tmp
     assert frames == sorted(frames) and len([f for f in frames if f == 4096]) <= 2  # an update row and an eval row
 
 
+def flat_tensors(state: dict, prefix: str = "") -> dict[str, torch.Tensor]:
+    found = {}
+    for key, value in state.items():
+        if isinstance(value, dict):
+            found.update(flat_tensors(value, f"{prefix}{key}."))
+        elif torch.is_tensor(value):
+            found[f"{prefix}{key}"] = value
+    return found
+
+
+@pytest.mark.parametrize("recipe", ["pendulum-sac", "pendulum-ddpg"])
+def test_an_off_policy_run_resumed_from_its_checkpoint_ends_where_one_in_one_go_does(tmp_path, recipe):
+    """Everything an off-policy update depends on is in the checkpoint: the replay, the noise, the entropy
+    coefficient, the optimisers, the random streams (the envs restart from the checkpoint's seed either way)."""
+    changes = {"run.total_frames": 640, "run.checkpoint_every_frames": 320, "eval.every_frames": 0,
+               "eval.episodes": 1, "algorithm.learning_starts": 100, "algorithm.random_frames": 100,
+               "loggers": [{"use": "csv"}]}
+    path = ROOT / "recipes" / f"{recipe}.toml"
+    straight = rlplug.Agent.from_recipe(path, out=tmp_path / "straight", **changes)
+    straight.train()
+    expected = flat_tensors(straight.algorithm.state_dict())
+    straight.close()
+    first = rlplug.Agent.from_recipe(path, out=tmp_path / "split", **changes)
+    first.train(max_frames=320)
+    first.close()
+    resumed = rlplug.Agent.load(tmp_path / "split" / "checkpoint.pt", out=tmp_path / "resumed")
+    resumed.train()
+    actual = flat_tensors(resumed.algorithm.state_dict())
+    resumed.close()
+    assert expected.keys() == actual.keys()
+    assert [name for name in expected if not torch.equal(expected[name], actual[name])] == []
+
+
 @pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_stops_with_a_checkpoint_and_says_how_to_resume(tmp_path, sig, status):
     out = tmp_path / "run"

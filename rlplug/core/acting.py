@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -20,6 +21,7 @@ from torchrl.modules import MaskedOneHotCategorical
 from torchrl.modules import OneHotCategorical as TorchRLOneHotCategorical
 
 from rlplug.core.masks import masked_logits
+from rlplug.core.observations import CRITIC_OBSERVATION
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability
 
@@ -118,6 +120,12 @@ class ActorView:
 def deterministic_sample(dist: Distribution) -> torch.Tensor:
     sample = getattr(dist, "deterministic_sample", None)
     return sample if sample is not None else dist.mode
+
+
+def value_input(critic: TensorDictModuleBase | None, observation_key: Any) -> Any:
+    """The entry a critic reads: an asymmetric critic's ``critic_observation`` (``[algorithm.critic] in_keys``),
+    else the policy's ``observation_key``."""
+    return CRITIC_OBSERVATION if CRITIC_OBSERVATION in getattr(critic, "in_keys", ()) else observation_key
 
 
 def tensor_function(network: TensorDictModuleBase, in_keys: list) -> Callable[..., torch.Tensor]:

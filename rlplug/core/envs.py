@@ -4,7 +4,7 @@ networks read."""
 from __future__ import annotations
 
 from rlplug.core.masks import with_action_mask
-from rlplug.core.observations import one_observation
+from rlplug.core.observations import one_observation, with_network_entries
 from rlplug.core.transformed import build_transformed
 
 
@@ -18,6 +18,9 @@ def build_env(component, **context):
     """The recipe's env built, with one ``observation`` entry for the networks wherever it declares several
     (:func:`rlplug.core.observations.one_observation`): every env of a run, training, evaluation and
     workers', is built here, so all see the same entries. An env's ``action_mask`` entry is read first
-    (:func:`rlplug.core.masks.with_action_mask`), so the networks' entries leave it out."""
+    (:func:`rlplug.core.masks.with_action_mask`), so the networks' entries leave it out; an asymmetric
+    actor-critic's entries (``[algorithm.policy]`` and ``[algorithm.critic] in_keys``, which the recipe gives the
+    env) are gathered next (:func:`rlplug.core.observations.with_network_entries`)."""
     env = with_action_mask(build_transformed(component, **context), getattr(component, "action_mask", "auto"))
+    env = with_network_entries(env, getattr(component, "policy_in_keys", ()), getattr(component, "critic_in_keys", ()))
     return one_observation(env)

@@ -37,6 +37,8 @@ from rlplug.errors import UserError, did_you_mean
 
 #: The entry every rlplug network reads.
 OBSERVATION = "observation"
+#: The entry an asymmetric critic reads in place of ``observation`` (``[algorithm.critic] in_keys``).
+CRITIC_OBSERVATION = "critic_observation"
 
 
 def is_image(spec, env_dims: int) -> bool:
@@ -56,13 +58,15 @@ def as_key(name: str):
 
 
 class ObservationVector(Transform):
-    """Writes ``observation``: the entries ``in_keys``, each as float32, concatenated along the last dim.
+    """Writes ``observation`` (or ``out_key``): the entries ``in_keys``, each as float32, concatenated along the
+    last dim.
 
     Several entries are flattened first (a scalar becomes one feature, a ``[3, 4]`` entry twelve); one entry
     keeps its shape (a float image stays an image) and a uint8 image its dtype too."""
 
-    def __init__(self, in_keys: Sequence, event_dims: Sequence[int], dtype: torch.dtype = torch.float32):
-        super().__init__(in_keys=list(in_keys), out_keys=[OBSERVATION])
+    def __init__(self, in_keys: Sequence, event_dims: Sequence[int], dtype: torch.dtype = torch.float32,
+                 out_key: str = OBSERVATION):
+        super().__init__(in_keys=list(in_keys), out_keys=[out_key])
         self.event_dims = list(event_dims)
         self.dtype = dtype
 
@@ -76,7 +80,7 @@ class ObservationVector(Transform):
         return torch.cat([part.to(torch.float32) for part in parts], -1)
 
     def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
-        next_tensordict.set(OBSERVATION, self._vector(next_tensordict))
+        next_tensordict.set(self.out_keys[0], self._vector(next_tensordict))
         return next_tensordict
 
     forward = _call
@@ -91,8 +95,8 @@ class ObservationVector(Transform):
             shape = specs[0].shape[len(batch):]
         else:
             shape = (sum(math.prod(spec.shape[len(batch):]) for spec in specs),)
-        observation_spec[OBSERVATION] = Unbounded(shape=(*batch, *shape), dtype=self.dtype,
-                                                  device=observation_spec.device)
+        observation_spec[self.out_keys[0]] = Unbounded(shape=(*batch, *shape), dtype=self.dtype,
+                                                       device=observation_spec.device)
         return observation_spec
 
 
@@ -102,19 +106,19 @@ def network_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 class ObservationEntries(Transform):
-    """Writes ``observation`` as a TensorDict of the entries ``in_keys`` (named as in a recipe: ``pixels``,
-    ``params.g``), each of its own shape, floats as float32 and uint8 images as they are: the layout of the
-    ``gym`` env's Dict observations, which ``cnn`` reads (its images encoded, the other entries joined)."""
+    """Writes ``observation`` (or ``out_key``) as a TensorDict of the entries ``in_keys`` (named as in a recipe:
+    ``pixels``, ``params.g``), each of its own shape, floats as float32 and uint8 images as they are: the layout
+    of the ``gym`` env's Dict observations, which ``cnn`` reads (its images encoded, the other entries joined)."""
 
-    def __init__(self, in_keys: Sequence):
-        super().__init__(in_keys=list(in_keys), out_keys=[OBSERVATION])
+    def __init__(self, in_keys: Sequence, out_key: str = OBSERVATION):
+        super().__init__(in_keys=list(in_keys), out_keys=[out_key])
         self.names = [key_name(key) for key in self.in_keys]
 
     def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
         entries = {name: value.to(network_dtype(value.dtype))
                    for name, value in zip(self.names, (next_tensordict.get(key) for key in self.in_keys))}
-        next_tensordict.set(OBSERVATION, TensorDict(entries, batch_size=next_tensordict.batch_size,
-                                                    device=next_tensordict.device))
+        next_tensordict.set(self.out_keys[0], TensorDict(entries, batch_size=next_tensordict.batch_size,
+                                                         device=next_tensordict.device))
         return next_tensordict
 
     forward = _call
@@ -125,8 +129,8 @@ class ObservationEntries(Transform):
     def transform_observation_spec(self, observation_spec: Composite) -> Composite:
         entries = {name: observation_spec[key].clone().to(network_dtype(observation_spec[key].dtype))
                    for name, key in zip(self.names, self.in_keys)}
-        observation_spec[OBSERVATION] = Composite(entries, shape=observation_spec.shape,
-                                                  device=observation_spec.device)
+        observation_spec[self.out_keys[0]] = Composite(entries, shape=observation_spec.shape,
+                                                       device=observation_spec.device)
         return observation_spec
 
 
@@ -149,9 +153,10 @@ def entry_problem(key, spec, batch_dims: int) -> str | None:
 def chosen_entries(spec: Composite, in_keys: Sequence[str] | None) -> list | None:
     """The keys to gather into ``observation``, or None where the env's own ``observation`` is read as it is."""
     # the env's own reward, kept beside a reshaped one by the recipe's transforms, is no observation; nor is an
-    # action mask, which the policy applies, unless named
+    # action mask, which the policy applies, unless named; nor the critic's own entry
     named_mask = in_keys is not None and MASK in in_keys
-    leaves = [key for key in spec.keys(True, True) if key != ENV_REWARD and (key != MASK or named_mask)]
+    leaves = [key for key in spec.keys(True, True)
+              if key not in (ENV_REWARD, CRITIC_OBSERVATION) and (key != MASK or named_mask)]
     names = [key_name(key) for key in leaves]
     if in_keys is None:
         if OBSERVATION in spec.keys():  # a tensor, or a TensorDict of named entries (a Dict observation)
@@ -213,3 +218,54 @@ def one_observation(env: EnvBase, in_keys: Sequence[str] | None = None) -> EnvBa
         return OneObservationEnv(env, ObservationEntries(chosen))
     event_dims = [len(spec[key].shape) - spec.ndim for key in chosen]
     return OneObservationEnv(env, ObservationVector(chosen, event_dims, network_dtype(spec[chosen[0]].dtype)))
+
+
+def named_entries(spec: Composite, names: Sequence[str], path: str) -> list:
+    """The keys of the entries ``names`` (as a recipe writes them: ``state``, ``params.g``; an entry of a Dict
+    observation by its own name too), each one networks can read; a :class:`UserError` at ``path`` naming the
+    env's entries otherwise."""
+    leaves = [key for key in spec.keys(True, True) if key not in (ENV_REWARD, MASK, CRITIC_OBSERVATION)]
+    by_name = {key_name(key): key for key in leaves}
+    shown = dict(by_name)
+    for key in leaves:  # a Dict observation's entry ("observation", "state") by its own name, where unambiguous
+        if isinstance(key, tuple) and len(key) == 2 and key[0] == OBSERVATION and key[1] not in by_name:
+            by_name[key[1]] = key
+            shown = {key[1] if value == key else name: value for name, value in shown.items()}
+    if not names:
+        raise UserError("must name at least one observation entry", path=path)
+    if len(set(names)) != len(names):
+        raise UserError(f"names an entry twice: {list(names)}", path=path)
+    chosen = []
+    for name in names:
+        if name not in by_name:
+            raise UserError(f"the env has no observation entry '{name}'{did_you_mean(name, list(by_name))}; its "
+                            f"entries: {', '.join(shown)}", path=path)
+        problem = entry_problem(by_name[name], spec[by_name[name]], spec.ndim)
+        if problem:
+            raise UserError(problem, path=path)
+        chosen.append(by_name[name])
+    return chosen
+
+
+def gathered(env: EnvBase, names: Sequence[str], out_key: str, path: str) -> EnvBase:
+    """``env`` with ``out_key`` written from the entries ``names`` (:func:`named_entries`), as
+    :func:`one_observation` gathers them: concatenated, or by name where one is an image beside others."""
+    spec = env.observation_spec
+    chosen = named_entries(spec, names, path)
+    if len(chosen) > 1 and any(is_image(spec[key], spec.ndim) for key in chosen):
+        return OneObservationEnv(env, ObservationEntries(chosen, out_key=out_key))
+    event_dims = [len(spec[key].shape) - spec.ndim for key in chosen]
+    return OneObservationEnv(env, ObservationVector(chosen, event_dims, network_dtype(spec[chosen[0]].dtype),
+                                                    out_key=out_key))
+
+
+def with_network_entries(env: EnvBase, policy: Sequence[str] = (), critic: Sequence[str] = ()) -> EnvBase:
+    """``env`` with the entries an asymmetric actor-critic names (``[algorithm.policy] in_keys`` and
+    ``[algorithm.critic] in_keys``: privileged state in simulation) gathered: the critic's into
+    ``critic_observation``, then the policy's into ``observation``, both from the entries as the env declares
+    them (a Dict observation's by their own names). Where the policy names none it reads the env's observation."""
+    if critic:
+        env = gathered(env, critic, CRITIC_OBSERVATION, "algorithm.critic.in_keys")
+    if policy:
+        env = gathered(env, policy, OBSERVATION, "algorithm.policy.in_keys")
+    return env

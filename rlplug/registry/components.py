@@ -102,6 +102,11 @@ class Env(Component):
     #: what is done with the env's ``action_mask`` entry (:mod:`rlplug.core.masks`): "auto" applies it where the
     #: env has one; "applied" requires one; "observed" requires one and feeds it to the networks too
     action_mask: str = "auto"
+    #: the entries an asymmetric actor-critic's networks read, gathered wherever the env is built (the policy's
+    #: into ``observation``, the critic's into ``critic_observation``): set by the recipe from
+    #: ``[algorithm.policy] in_keys`` and ``[algorithm.critic] in_keys``, not keys of the env's table
+    policy_in_keys: tuple[str, ...] = ()
+    critic_in_keys: tuple[str, ...] = ()
 
     def with_copies(self, count: int) -> Env:
         """The same env with ``count`` copies where it takes ``num_envs``, else itself."""
@@ -128,8 +133,22 @@ class Logger(Component):
     kind = "logger"
 
 
+@dataclass(frozen=True)
 class Network(Component):
+    """A network; its table's ``in_keys`` (read by rlplug, the factory never sees it) names the env's entries it
+    reads, for an asymmetric actor-critic: ``[algorithm.critic] in_keys = ["state"]``, and the policy's own
+    ``[algorithm.policy] in_keys = ["observation"]`` where the env's observation holds both."""
+
     kind = "network"
+    #: the env's entries this network reads (``[algorithm.policy]`` and ``[algorithm.critic]`` only): names as the
+    #: env declares them (``state``, ``params.g``), a Dict observation's entries by their own names
+    in_keys: tuple[str, ...] = ()
+
+    def resolved(self) -> dict[str, Any]:
+        table = super().resolved()
+        if self.in_keys:
+            table["in_keys"] = list(self.in_keys)
+        return table
 
 
 class ReplayBuffer(Component):
@@ -211,6 +230,7 @@ class Dataset(Component):
 
 #: an env table's ``transforms`` and ``action_mask`` belong to rlplug, not to the env's factory
 Env.own_keys = {"transforms": list[Transform], "action_mask": Literal["auto", "applied", "observed"]}
+Network.own_keys = {"in_keys": list[str]}
 Intrinsic.own_keys = {"coef": Annotated[float, IntrinsicRule(0.0)],
                       "schedule": IntrinsicSchedule,
                       "decay": Annotated[float, IntrinsicRule(0.0, 1.0)]}

@@ -237,7 +237,12 @@ def describe(run, outputs: list[str], layout: ActionLayout, shape: tuple[int, ..
     described = {"action": action}
     if "logits" in outputs:
         described["logits"] = "float32 [batch, choices]: the policy's logits (unnormalised log-probabilities)"
-    observation = f"float32 [batch, {', '.join(map(str, shape))}]: observations as the env gives them"
+    names = recipe.env.policy_in_keys
+    listed = ", ".join(map(repr, names))
+    given = "observations as the env gives them" if not names else \
+        f"the env's observation entry {listed} ([algorithm.policy] in_keys)" if len(names) == 1 else \
+        f"the env's observation entries {listed}, concatenated in that order ([algorithm.policy] in_keys)"
+    observation = f"float32 [batch, {', '.join(map(str, shape))}]: {given}"
     inputs = {"observation": observation + (" (normalised inside the file)" if normalised else "")}
     if masked:
         inputs[MASK] = (f"bool [batch, {layout.parts[0]}]: the env's action_mask, true where an action is allowed; "

@@ -11,14 +11,33 @@ if TYPE_CHECKING:
     from tensordict.nn import TensorDictModuleBase
 
 
+#: the roles of the networks that value states or actions: what ``[algorithm.critic] in_keys`` gives its entries
+CRITIC_ROLES = ("value", "q_value", "q_values")
+
+
 def build_network(component, **context) -> TensorDictModuleBase:
     """``component.build(**context)``, its errors located at the component's key in the algorithm's table
-    (``algorithm.policy``) when they name no key of their own."""
+    (``algorithm.policy``) when they name no key of their own. A critic of an env with ``critic_observation``
+    (``[algorithm.critic] in_keys``) is sized from that entry alone, which it must read."""
+    from torchrl.data import Composite
+
+    from rlplug.core.observations import CRITIC_OBSERVATION
+
+    spec = context.get("observation_spec")
+    asymmetric = bool(spec is not None and CRITIC_OBSERVATION in spec.keys()
+                      and str(context.get("role")) in CRITIC_ROLES and getattr(component, "in_keys", None))
+    if spec is not None and asymmetric:
+        only = Composite({CRITIC_OBSERVATION: spec[CRITIC_OBSERVATION]}, shape=spec.shape, device=spec.device)
+        context = {**context, "observation_spec": only}
     try:
         network = component.build(**context)
     except UserError as error:
         raise (error if error.path else error.located(prefix=f"algorithm.{component.path}")) from None
     check_masked(network, component, context)
+    if asymmetric and CRITIC_OBSERVATION not in getattr(network, "in_keys", ()):
+        raise UserError(f"{component.title} reads {list(getattr(network, 'in_keys', []))}, not the entries in_keys "
+                        f"names: a network for an asymmetric critic reads the one entry of the observation_spec it "
+                        f"is given ('{CRITIC_OBSERVATION}')", path=f"algorithm.{component.path}.in_keys")
     return network
 
 

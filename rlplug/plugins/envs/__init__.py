@@ -42,9 +42,10 @@ ENV_PACKAGES = (
 )
 
 
-#: The gymnasium ids rlplug registers itself (rlplug/plugins/envs/masked.py), and their entry points: strings, so
-#: nothing is imported until one is made.
-OWN_IDS = {"rlplug/MaskedCartPole-v1": "rlplug.plugins.envs.masked:MaskedCartPole"}
+#: The gymnasium ids rlplug registers itself (rlplug/plugins/envs/masked.py and privileged.py), and their entry
+#: points: strings, so nothing is imported until one is made.
+OWN_IDS = {"rlplug/MaskedCartPole-v1": "rlplug.plugins.envs.masked:MaskedCartPole",
+           "rlplug/PrivilegedCartPole-v1": "rlplug.plugins.envs.privileged:PrivilegedCartPole"}
 
 
 def register_env_packages(env_id: str) -> tuple[str, str] | None:
@@ -216,6 +217,9 @@ def make_gym(
     - A Dict observation with an ``action_mask`` entry (MultiBinary(n)) masks a Discrete action of n choices:
       every discrete algorithm chooses only allowed actions (``env.action_mask``; rlplug registers
       ``rlplug/MaskedCartPole-v1``, CartPole with a random mask, to try it).
+    - A Dict observation's entries are read together by every network, unless ``[algorithm.policy] in_keys`` and
+      ``[algorithm.critic] in_keys`` name each one's (an asymmetric actor-critic; rlplug registers
+      ``rlplug/PrivilegedCartPole-v1``, whose critic may read the velocities its policy does not see).
     - ``vectorization``: "async" steps each copy in a worker process of its own; the workers ignore Ctrl-C
       (the run stops after the iteration and closes them) and end with the run however it ends. "vector"
       steps every copy at once by gymnasium's array env of the id, with the episodes "sync" gives.

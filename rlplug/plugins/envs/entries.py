@@ -107,6 +107,10 @@ def pack_entries(env: gym.Env, env_id: str, frame_stack: int, indices: Sequence[
         raise UserError(f"selects entries of a one-dimensional observation, and {env_id}'s is a Dict (keys "
                         f"{', '.join(map(str, space.spaces))}); set flatten_observations = true",
                         path="env.observation_indices")
+    if frame_stack > 1 and "action_mask" in space.spaces:
+        raise UserError(f"{env_id}'s Dict observation holds an action_mask, which stacking would turn into k masks "
+                        f"of the past steps; unset frame_stack (or stack the other entries in the env itself)",
+                        path="env.frame_stack")
     env = BoxEntries(env)
     if frame_stack > 1:
         env = gym.wrappers.FrameStackObservation(env, frame_stack)

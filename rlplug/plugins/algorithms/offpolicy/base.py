@@ -40,6 +40,7 @@ from tensordict.nn import TensorDictModuleBase, TensorDictSequential
 from torch import nn
 
 from rlplug.core.masks import MASK
+from rlplug.core.observations import CRITIC_OBSERVATION
 from rlplug.core.training import MetricMean, compile_in_place, summed, updates_stopped
 from rlplug.errors import RlplugWarning, UserError
 from rlplug.networks import is_discrete, observation_key
@@ -90,6 +91,10 @@ class OffPolicy(OffPolicyActing, GradientsInterface, ChangesDuringRun):
         self.eval_episodes, self.eval_every_frames = eval_episodes, eval_every_frames
         self.observation_spec, self.action_spec = observation_spec, action_spec
         self.check_actions(action_spec)
+        if CRITIC_OBSERVATION in observation_spec.keys():
+            raise UserError("the off-policy family's critics learn from the observations its replay stores, the "
+                            "policy's; an asymmetric critic (in_keys) is read by the on-policy family (ppo, a2c, "
+                            "vpg, impala...) for now", path="algorithm.critic.in_keys")
         self.observation_key = observation_key(observation_spec)
         env_dims = observation_spec.ndim
         self.frames_per_batch = max(1, observation_spec.shape.numel()) * config.steps_per_update

@@ -34,7 +34,7 @@ from torch.distributions import Distribution
 from torch.nn import functional
 from torchrl.objectives import LossModule
 
-from rlplug.core.acting import ActorView, tensor_function
+from rlplug.core.acting import ActorView, tensor_function, value_input
 from rlplug.core.recurrent import RecurrentNetwork, is_recurrent, stepped_values
 from rlplug.core.training import (
     FlatParameters,
@@ -81,6 +81,12 @@ class OnPolicy(OnPolicyActing, Sequences, GradientsInterface, ChangesDuringRun):
         self.policy: TensorDictModuleBase = build_network(config.policy, role="policy", **specs)
         self.critic = build_network(config.critic, role="value", **specs) if self.uses_critic else None
         self.recurrent = self.check_recurrence()
+        #: what the critic reads: the policy's observation, or an asymmetric critic's own entries
+        self.critic_key = value_input(self.critic, "observation")
+        if self.critic_key != "observation" and (is_recurrent(self.critic) or config.shared_body):
+            raise UserError("an asymmetric critic (in_keys) reads other entries than the policy: it shares no body "
+                            "with it and is not recurrent (leave shared_body unset, choose a feed-forward critic)",
+                            path="algorithm.critic.in_keys")
         if self.critic is not None and config.shared_body:
             try:
                 share_body(self.policy, self.critic)
@@ -101,7 +107,8 @@ class OnPolicy(OnPolicyActing, Sequences, GradientsInterface, ChangesDuringRun):
             else self.actor.observation_key
         #: a recurrent critic's state at the end of the last batch, where the next batch of the same envs goes on
         self.critic_carry: list[torch.Tensor] | None = None
-        self.value = tensor_function(self.critic, [self.observation_key]) \
+        self.critic_key = value_input(self.critic, self.observation_key)
+        self.value = tensor_function(self.critic, [self.critic_key]) \
             if self.critic and not is_recurrent(self.critic) else None
         #: (estimator, the keys taken from it): the advantage estimator may give a value target too (``mc``,
         #: ``td-lambda``...), used unless a ``value_target`` estimator is set, which never changes the advantage.
@@ -135,7 +142,7 @@ class OnPolicy(OnPolicyActing, Sequences, GradientsInterface, ChangesDuringRun):
     def estimate(self, batch: TensorDictBase) -> TensorDictBase:
         """Critic values for each step and its successor (one call), then the estimators in order."""
         if self.value is not None:
-            key = self.observation_key
+            key = self.critic_key
             observations = batch.get(key)
             values = self.value(torch.cat([observations, batch.get(("next", key))]))
             batch.set("state_value", values[: len(observations)])
@@ -195,7 +202,7 @@ class OnPolicy(OnPolicyActing, Sequences, GradientsInterface, ChangesDuringRun):
         if actor.mask_key:  # the loss's distribution is the collection's: masked alike
             keys.append(actor.mask_key)
         if self.critic:
-            keys += ["value_target", "state_value"]
+            keys += ["value_target", "state_value", *([self.critic_key] if self.critic_key not in keys else [])]
         data = {key: flat.get(key) for key in keys}
         variance = explained_variance(data["state_value"], data["value_target"]) if self.critic else None
         return Prepared(data, minibatch_size, variance)
@@ -368,7 +375,8 @@ class OnPolicyLoss(LossModule):
         #: a recurrent policy's and critic's cores run over each minibatch's sequences; their heads read the features
         self.cores = [network for network in (actor, critic) if isinstance(network, RecurrentNetwork)]
         self.view = ActorView.of(actor.head if isinstance(actor, RecurrentNetwork) else actor)
-        self.value_key = critic.features_key if isinstance(critic, RecurrentNetwork) else self.view.observation_key
+        self.value_key = critic.features_key if isinstance(critic, RecurrentNetwork) \
+            else value_input(critic, self.view.observation_key)
         head = critic.head if isinstance(critic, RecurrentNetwork) else critic
         self.value = tensor_function(head, [self.value_key]) if critic is not None else None
         self.entropy_coef, self.value_coef = entropy_coef, value_coef
