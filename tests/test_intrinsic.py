@@ -328,6 +328,19 @@ def test_bad_intrinsic_values_are_one_line(tmp_path, setting, path, fragment):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("flags, fragment", [
+    (["--seeds", "0,1", "--batched"], "--batched"),
+    (["--set", 'runner={use="ray", workers=2, mode="gradients"}'], "gradient workers"),
+])
+def test_copies_of_the_algorithm_that_would_each_learn_the_reward_are_refused(tmp_path, flags, fragment):
+    """The intrinsic module learns in the one algorithm that adds it: seeds trained together and Ray's gradient
+    workers would each hold a copy learning apart, so both are refused before anything runs."""
+    one_line_error(run_cli("run", str(CHAIN), "--out", str(tmp_path / "run"), *flags),
+                   "sparse-chain-ppo-rnd.toml", "algorithm.intrinsic", fragment)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
 def test_pretraining_without_an_intrinsic_reward_is_one_line(tmp_path):
     one_line_error(run_cli("run", str(CARTPOLE), "--out", str(tmp_path / "run"), "--set", "algorithm.pretraining=true"),
                    "cartpole-ppo.toml", "algorithm.pretraining", "[algorithm.intrinsic]")

@@ -47,7 +47,8 @@ class DiscreteSACConfig(PolyakTargets, EntropyConfig):
     critic: Network = named(Network, "mlp")
     #: what each gradient step minimises: TorchRL's DiscreteSACLoss (built with these networks)
     loss: Annotated[Loss, Check(loss_fits("discrete-sac"))] = named(Loss, "DiscreteSACLoss")
-    #: the entropy to keep (unset: target_entropy_weight x log(actions), a share of the uniform policy's)
+    #: the entropy to keep (unset: target_entropy_weight x log(actions), a share of the uniform policy's; that
+    #: counts every action, so on an env that masks some, set it from the number usually allowed)
     target_entropy: float | None = None
     #: the share of the uniform policy's entropy to keep, where target_entropy is unset (TorchRL's default: 0.98)
     target_entropy_weight: Fraction = 0.98
