@@ -273,3 +273,15 @@ def test_evaluation_videos_during_training_reach_wandb(tmp_path):
     assert [v.name for v in videos] == [f"frames-{512:012d}.mp4", f"frames-{1024:012d}.mp4"]
     assert all(v.read_bytes()[4:8] == b"ftyp" for v in videos)
     assert len(list((out / "wandb").rglob("media/videos/eval_video_*.mp4"))) == 2
+
+
+def test_the_frames_axis_says_what_offline_runs_count():
+    """An offline run's frames are the samples it learned from: the axis says so where any run is offline."""
+    from rlplug.run.curves import RunCurve, frames_label
+
+    online = RunCurve(Path("a"), [0.0], [1.0], {"env": {"use": "gym"}})
+    offline = RunCurve(Path("b"), [0.0], [1.0], {"env": {"use": "gym"}, "dataset": {"use": "minari"}})
+    unread = RunCurve(Path("c"), [0.0], [1.0], None)
+    assert frames_label([online, unread]) == "frames (environment steps)"
+    assert "samples learned from" in frames_label([offline]) and "environment" not in frames_label([offline])
+    assert "environment steps" in frames_label([online, offline]) and "offline" in frames_label([online, offline])

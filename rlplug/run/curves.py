@@ -67,6 +67,17 @@ def plot_runs(run_dirs: Sequence[Path], output: Path, metric: str = "episode_ret
     return write_plot(run_dirs, output, metric, title=title, band=band)[0]
 
 
+def frames_label(runs: Sequence[RunCurve]) -> str:
+    """The x axis's words: an offline run's ``frames`` count the samples it learned from (``run.total_frames``
+    of a run with a ``[dataset]``), not env steps."""
+    offline = [run.recipe is not None and "dataset" in run.recipe for run in runs]
+    if offline and all(offline):
+        return "frames (samples learned from: gradient steps x batch_size)"
+    if any(offline):
+        return "frames (environment steps; for offline runs, samples learned from)"
+    return "frames (environment steps)"
+
+
 def write_plot(run_dirs: Sequence[Path], output: Path, metric: str, *, title: str | None,
                band: str) -> tuple[Path, list[Group]]:
     """:func:`plot_runs`, also returning the groups drawn."""
@@ -88,7 +99,7 @@ def write_plot(run_dirs: Sequence[Path], output: Path, metric: str, *, title: st
         raise UserError(f"-o {output}: cannot write .{fmt or '(no suffix)'} images; use .png, .svg or .pdf")
     axes = figure.subplots()
     draw(axes, groups, band)
-    axes.set_xlabel("frames (environment steps)")
+    axes.set_xlabel(frames_label(runs))
     axes.set_ylabel(METRIC_LABELS.get(metric, metric))
     axes.set_title(title if title is not None else default_title(metric, runs), fontsize=12)
     axes.xaxis.set_major_formatter(frames_formatter())
