@@ -68,7 +68,7 @@ def test_the_critic_values_the_privileged_state_and_the_policy_never_reads_it(tm
         values = algorithm.critic(data.clone()).get("state_value").squeeze(-1)
         assert values.unique().numel() == 5  # the velocities, which the policy never sees, move the value
         logits = algorithm.policy(data.clone()).get("logits")
-        assert torch.equal(logits, logits[:1].expand_as(logits))  # one observation: one distribution, whatever the state
+        assert torch.equal(logits, logits[:1].expand_as(logits))  # whatever the state
 
         batch = agent.run.collector.collect()
         estimated = algorithm.estimate(batch.clone())
