@@ -146,6 +146,70 @@ def test_bc_regresses_the_actor_on_the_datasets_actions(tmp_path):
         run.close(abandon=True)
 
 
+@pytest.mark.parametrize("name", ["iql", "cql"])
+def test_a_squashed_policy_learns_from_actions_at_the_bounds(tmp_path, name):
+    """Known input: a dataset whose actions are exactly the bounds (-2, 2). The tanh-squashed policy of iql and cql
+    takes them 0.1% of the half-range inside, so that its log-probability of each is finite and of the order of
+    the others' (at the bound itself TorchRL's TanhNormal gives about -90, with a gradient as large); bc's
+    deterministic actor regresses on them as recorded."""
+    dataset = synthetic(tmp_path / "random-v0")
+    data = dataset / "data"
+    import h5py
+
+    with h5py.File(data / "main_data.hdf5", "r+") as file:
+        for episode in file.values():
+            actions = episode["actions"]
+            actions[...] = np.where(np.arange(len(actions))[:, None] % 2 == 0, 2.0, -2.0).astype(np.float32)
+    run = built(name, dataset, tmp_path)
+    cloned = built("bc", dataset, tmp_path)
+    try:
+        algorithm = run.algorithm
+        action = algorithm.replay.transitions.get("action")
+        assert action.abs().max().item() == pytest.approx(2.0 - 0.002)
+        assert cloned.algorithm.replay.transitions.get("action").abs().min().item() == 2.0
+        sample = algorithm.replay.transitions.select("observation").clone()
+        log_prob = algorithm.actor.get_dist(sample).log_prob(action)
+        assert torch.isfinite(log_prob).all() and log_prob.min().item() > -20.0
+    finally:
+        run.close(abandon=True)
+        cloned.close(abandon=True)
+
+
+def test_cqls_actor_clones_the_data_for_its_first_bc_steps(tmp_path):
+    """Known input: with bc_steps = 1 the first gradient step trains the actor on CQLLoss's loss_actor_bc (the
+    data's log-likelihood) and not on loss_actor (the critics' values), and the second on loss_actor; the
+    critics' terms the same in both. The sample is fixed and torch's generator seeded alike for each call."""
+    dataset = synthetic(tmp_path / "random-v0")
+    run = built("cql", dataset, tmp_path, "algorithm.bc_steps=1")
+    try:
+        algorithm = run.algorithm
+        loss = algorithm.loss_module
+        sample = algorithm.replay.transitions[:64]
+        actor = [p for p in loss.actor_network_params.values(True, True) if p.requires_grad]
+
+        def expected(actor_term: str) -> list[torch.Tensor]:
+            torch.manual_seed(1)
+            out = loss(sample.clone())
+            total = out[actor_term] + out["loss_qvalue"] + out["loss_cql"] + out["loss_alpha"]
+            return [torch.zeros_like(p) if g is None else g
+                    for p, g in zip(actor, torch.autograd.grad(total, actor, allow_unused=True), strict=True)]
+
+        def taken() -> list[torch.Tensor]:
+            torch.manual_seed(1)
+            algorithm.backward(sample.clone())
+            return [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in actor]
+
+        cloning, valuing = expected("loss_actor_bc"), expected("loss_actor")
+        assert any(not torch.allclose(a, b) for a, b in zip(cloning, valuing, strict=True))
+        for got, want in zip(taken(), cloning, strict=True):
+            torch.testing.assert_close(got, want)
+        algorithm.steps = 1
+        for got, want in zip(taken(), valuing, strict=True):
+            torch.testing.assert_close(got, want)
+    finally:
+        run.close(abandon=True)
+
+
 def test_dataset_mistakes_are_one_line_and_create_nothing(recorded, tmp_path):
     _, dataset = recorded
     out = tmp_path / "run"
