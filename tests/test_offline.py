@@ -210,6 +210,51 @@ def test_cqls_actor_clones_the_data_for_its_first_bc_steps(tmp_path):
         run.close(abandon=True)
 
 
+def test_discrete_cqls_td_targets_come_from_its_target_network(tmp_path):
+    """Known input: the target network's weights zeroed, so that it values every next action at 0, the TD term of
+    discrete-cql is half the mean squared distance from the online Q-value of the data's action to the reward
+    alone. TorchRL's DiscreteCQLLoss hands its target parameters to the estimator under a name it ignores, and
+    took the next values from the online network instead (rlplug's discrete_cql passes them on)."""
+    import gymnasium as gym
+
+    from rlplug import recipe as recipes
+    from rlplug.plugins.datasets.minari_format import write_dataset
+    from rlplug.run.trainer import Run
+
+    folder = tmp_path / "cartpole-v0"
+    folder.mkdir()
+    generator = np.random.default_rng(0)
+    episodes = [{"observations": generator.normal(size=(41, 4)).astype(np.float32),
+                 "actions": generator.integers(0, 2, 40), "rewards": generator.normal(size=40),
+                 "terminations": np.arange(40) == 39, "truncations": np.zeros(40, bool)} for _ in range(2)]
+    env = gym.make("CartPole-v1")
+    write_dataset(folder, episodes, observation_space=env.observation_space, action_space=env.action_space,
+                  env_spec=env.spec, metadata={"dataset_id": folder.name})
+    recipe = recipes.load(ROOT / "recipes" / "cartpole-offline-discrete-cql.toml",
+                          [f"dataset.path={folder}", "algorithm.batch_size=80"])
+    run = Run.build(recipe, tmp_path / "run")
+    try:
+        loss = run.algorithm.loss_module
+        sample = run.algorithm.replay.transitions.clone()
+        for value in loss.target_value_network_params.values(True, True):
+            value.data.zero_()
+        with torch.no_grad(), loss.value_network_params.to_module(loss.value_network):
+            values = loss.value_network(sample.select("observation").clone()).get("action_value")
+            following = loss.value_network(sample.get("next").select("observation").clone()).get("action_value")
+        action = sample.get("action")  # one-hot where the env's actions are laid out so, else class indices
+        chosen = (values * action).sum(-1) if action.shape == values.shape else \
+            values.gather(-1, action.long().reshape(*values.shape[:-1], 1)).squeeze(-1)
+        reward = sample.get(("next", "reward")).squeeze(-1)
+        expected = 0.5 * ((chosen - reward) ** 2).mean()
+        online = reward + 0.99 * following.max(-1).values * (~sample.get(("next", "terminated")).squeeze(-1))
+        assert not torch.allclose(expected, 0.5 * ((chosen - online) ** 2).mean())  # the two tell apart
+        with torch.no_grad():
+            out = loss(sample.clone())
+        torch.testing.assert_close(out["loss_qvalue"], expected)
+    finally:
+        run.close(abandon=True)
+
+
 def test_dataset_mistakes_are_one_line_and_create_nothing(recorded, tmp_path):
     _, dataset = recorded
     out = tmp_path / "run"
