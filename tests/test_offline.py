@@ -146,6 +146,115 @@ def test_bc_regresses_the_actor_on_the_datasets_actions(tmp_path):
         run.close(abandon=True)
 
 
+@pytest.mark.parametrize("name", ["iql", "cql"])
+def test_a_squashed_policy_learns_from_actions_at_the_bounds(tmp_path, name):
+    """Known input: a dataset whose actions are exactly the bounds (-2, 2). The tanh-squashed policy of iql and cql
+    takes them 0.1% of the half-range inside, so that its log-probability of each is finite and of the order of
+    the others' (at the bound itself TorchRL's TanhNormal gives about -90, with a gradient as large); bc's
+    deterministic actor regresses on them as recorded."""
+    dataset = synthetic(tmp_path / "random-v0")
+    data = dataset / "data"
+    import h5py
+
+    with h5py.File(data / "main_data.hdf5", "r+") as file:
+        for episode in file.values():
+            actions = episode["actions"]
+            actions[...] = np.where(np.arange(len(actions))[:, None] % 2 == 0, 2.0, -2.0).astype(np.float32)
+    run = built(name, dataset, tmp_path)
+    cloned = built("bc", dataset, tmp_path)
+    try:
+        algorithm = run.algorithm
+        action = algorithm.replay.transitions.get("action")
+        assert action.abs().max().item() == pytest.approx(2.0 - 0.002)
+        assert cloned.algorithm.replay.transitions.get("action").abs().min().item() == 2.0
+        sample = algorithm.replay.transitions.select("observation").clone()
+        log_prob = algorithm.actor.get_dist(sample).log_prob(action)
+        assert torch.isfinite(log_prob).all() and log_prob.min().item() > -20.0
+    finally:
+        run.close(abandon=True)
+        cloned.close(abandon=True)
+
+
+def test_cqls_actor_clones_the_data_for_its_first_bc_steps(tmp_path):
+    """Known input: with bc_steps = 1 the first gradient step trains the actor on CQLLoss's loss_actor_bc (the
+    data's log-likelihood) and not on loss_actor (the critics' values), and the second on loss_actor; the
+    critics' terms the same in both. The sample is fixed and torch's generator seeded alike for each call."""
+    dataset = synthetic(tmp_path / "random-v0")
+    run = built("cql", dataset, tmp_path, "algorithm.bc_steps=1")
+    try:
+        algorithm = run.algorithm
+        loss = algorithm.loss_module
+        sample = algorithm.replay.transitions[:64]
+        actor = [p for p in loss.actor_network_params.values(True, True) if p.requires_grad]
+
+        def expected(actor_term: str) -> list[torch.Tensor]:
+            torch.manual_seed(1)
+            out = loss(sample.clone())
+            total = out[actor_term] + out["loss_qvalue"] + out["loss_cql"] + out["loss_alpha"]
+            return [torch.zeros_like(p) if g is None else g
+                    for p, g in zip(actor, torch.autograd.grad(total, actor, allow_unused=True), strict=True)]
+
+        def taken() -> list[torch.Tensor]:
+            torch.manual_seed(1)
+            algorithm.backward(sample.clone())
+            return [torch.zeros_like(p) if p.grad is None else p.grad.clone() for p in actor]
+
+        cloning, valuing = expected("loss_actor_bc"), expected("loss_actor")
+        assert any(not torch.allclose(a, b) for a, b in zip(cloning, valuing, strict=True))
+        for got, want in zip(taken(), cloning, strict=True):
+            torch.testing.assert_close(got, want)
+        algorithm.steps = 1
+        for got, want in zip(taken(), valuing, strict=True):
+            torch.testing.assert_close(got, want)
+    finally:
+        run.close(abandon=True)
+
+
+def test_discrete_cqls_td_targets_come_from_its_target_network(tmp_path):
+    """Known input: the target network's weights zeroed, so that it values every next action at 0, the TD term of
+    discrete-cql is half the mean squared distance from the online Q-value of the data's action to the reward
+    alone. TorchRL's DiscreteCQLLoss hands its target parameters to the estimator under a name it ignores, and
+    took the next values from the online network instead (rlplug's discrete_cql passes them on)."""
+    import gymnasium as gym
+
+    from rlplug import recipe as recipes
+    from rlplug.plugins.datasets.minari_format import write_dataset
+    from rlplug.run.trainer import Run
+
+    folder = tmp_path / "cartpole-v0"
+    folder.mkdir()
+    generator = np.random.default_rng(0)
+    episodes = [{"observations": generator.normal(size=(41, 4)).astype(np.float32),
+                 "actions": generator.integers(0, 2, 40), "rewards": generator.normal(size=40),
+                 "terminations": np.arange(40) == 39, "truncations": np.zeros(40, bool)} for _ in range(2)]
+    env = gym.make("CartPole-v1")
+    write_dataset(folder, episodes, observation_space=env.observation_space, action_space=env.action_space,
+                  env_spec=env.spec, metadata={"dataset_id": folder.name})
+    recipe = recipes.load(ROOT / "recipes" / "cartpole-offline-discrete-cql.toml",
+                          [f"dataset.path={folder}", "algorithm.batch_size=80"])
+    run = Run.build(recipe, tmp_path / "run")
+    try:
+        loss = run.algorithm.loss_module
+        sample = run.algorithm.replay.transitions.clone()
+        for value in loss.target_value_network_params.values(True, True):
+            value.data.zero_()
+        with torch.no_grad(), loss.value_network_params.to_module(loss.value_network):
+            values = loss.value_network(sample.select("observation").clone()).get("action_value")
+            following = loss.value_network(sample.get("next").select("observation").clone()).get("action_value")
+        action = sample.get("action")  # one-hot where the env's actions are laid out so, else class indices
+        chosen = (values * action).sum(-1) if action.shape == values.shape else \
+            values.gather(-1, action.long().reshape(*values.shape[:-1], 1)).squeeze(-1)
+        reward = sample.get(("next", "reward")).squeeze(-1)
+        expected = 0.5 * ((chosen - reward) ** 2).mean()
+        online = reward + 0.99 * following.max(-1).values * (~sample.get(("next", "terminated")).squeeze(-1))
+        assert not torch.allclose(expected, 0.5 * ((chosen - online) ** 2).mean())  # the two tell apart
+        with torch.no_grad():
+            out = loss(sample.clone())
+        torch.testing.assert_close(out["loss_qvalue"], expected)
+    finally:
+        run.close(abandon=True)
+
+
 def test_dataset_mistakes_are_one_line_and_create_nothing(recorded, tmp_path):
     _, dataset = recorded
     out = tmp_path / "run"

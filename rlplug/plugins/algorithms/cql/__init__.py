@@ -15,6 +15,7 @@ from rlplug.algorithms import (
     Count,
     Distance,
     EntropyConfig,
+    Frames,
     LearningRate,
     NonNegative,
     PolyakTargets,
@@ -47,6 +48,10 @@ class CQLConfig(PolyakTargets, EntropyConfig):
     max_q_backup: bool = False
     #: the target leaves out the entropy bonus
     deterministic_backup: bool = True
+    #: gradient steps at the start in which the actor learns the data's actions (CQLLoss's loss_actor_bc: their
+    #: log-likelihood, with the entropy bonus) instead of the critics' values, the critics learning as after
+    #: (the CQL paper's policy_eval_start, TorchRL's offline example's; 0: none)
+    bc_steps: Frames = 0
     batch_size: Count = 256
     #: learning rate: a number, or a pair [actor, critic]
     lr: LearningRate = 3e-4

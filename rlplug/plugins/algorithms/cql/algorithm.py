@@ -22,6 +22,19 @@ class CQL(Offline, Stochastic):
     config: CQLConfig
     critics = 1  # TorchRL's CQLLoss makes its twins from the first
 
+    def backward(self, sample):
+        """Within the first ``bc_steps`` gradient steps, the actor's term is CQLLoss's ``loss_actor_bc``."""
+        loss = self.loss_module
+        if self.steps >= self.config.bc_steps:
+            return super().backward(sample)
+        learners = loss.term_learners
+        loss.term_learners = {**{key: name for key, name in learners.items() if key != "loss_actor"},
+                              "loss_actor_bc": learners["loss_actor"]}
+        try:
+            return super().backward(sample)
+        finally:
+            loss.term_learners = learners
+
 
 def torchrl_loss(networks: ActorCriticNetworks, settings: CQLConfig, action_spec=None, *, observation_spec=None,
                  **values: Any):

@@ -14,8 +14,30 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
+from rlplug.core.heads import action_bounds
 from rlplug.errors import UserError
 from rlplug.plugins.algorithms.offpolicy.base import OffPolicy
+
+#: how far inside the bounds (a fraction of the half-range) a tanh-squashed policy's dataset actions are moved
+SQUASH_MARGIN = 1e-3
+
+
+def squashes(actor: Any) -> bool:
+    """Whether ``actor`` acts with a tanh-squashed Gaussian (TorchRL's ``TanhNormal``)."""
+    from torchrl.modules import TanhNormal
+
+    modules = actor.modules() if isinstance(actor, torch.nn.Module) else ()
+    return any(getattr(module, "distribution_class", None) is TanhNormal for module in modules)
+
+
+def inside_bounds(action: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
+    """``action`` clamped to ``SQUASH_MARGIN`` of the half-range inside ``[low, high]``: a tanh-squashed policy's
+    log-probability of an action at a bound is ``atanh(1)``'s (TorchRL's safe tanh makes it about -90, with a
+    gradient as large), so a dataset whose actions touch the bounds (a policy saturated, noise clipped) would
+    have those few samples drive the likelihood (IQL's actor loss, CQL's behaviour-cloning term)."""
+    margin = SQUASH_MARGIN * (high - low) / 2
+    low, high = (low + margin).to(action), (high - margin).to(action)
+    return torch.maximum(torch.minimum(action, high), low)
 
 
 class DatasetReplay:
@@ -58,6 +80,10 @@ class Offline(OffPolicy):
         if config.reward_clip is not None:  # the shaping collected rewards get (replay_transitions)
             reward = reward.clamp(-config.reward_clip, config.reward_clip)
         transitions.set(("next", "reward"), reward)
+        bounds = action_bounds(self.specs["observation_spec"], self.specs["action_spec"])
+        if bounds is not None and transitions.get("action").is_floating_point() and squashes(
+                getattr(self, "actor", None)):
+            transitions.set("action", inside_bounds(transitions.get("action"), *bounds))
         self.install_replay(DatasetReplay(transitions.to(self.device)))
         self.offline = True
         self.frames_per_batch = config.batch_size * config.gradient_steps
