@@ -140,3 +140,15 @@ def test_random_bytes_as_files(tmp_path, content):
         recipes.load(path)
     except UserError as error:
         assert "\n" not in str(error)
+
+
+@pytest.mark.parametrize("command", ["list", "run", "resume", "show", "init", "eval", "plot", "tune", "export",
+                                     "new-plugin", "set", "bench", "check-env"])
+def test_every_commands_help_reads_as_written(capsys, command):
+    """argparse formats argument help (``%`` written ``%%``) but prints a description as it is: a description's
+    ``%%`` would reach the user doubled."""
+    with pytest.raises(SystemExit) as exit:
+        cli.main([command, "--help"])
+    assert exit.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"usage: rlplug {command}") and "%%" not in text and "%(" not in text

@@ -26,7 +26,7 @@ def add_commands(subparsers) -> None:
         description="Train every [[entry]] of SUITE.toml (recipe, seeds, optional frames, set, name, and "
                     "reference = {score, source}) over its seeds, each seed a run directory under "
                     "DIR/runs/NAME/, seeds together where the recipe allows; then DIR/report.json, report.md and "
-                    "report.png: each entry's final evaluation returns, their IQM and mean with 95%% stratified "
+                    "report.png: each entry's final evaluation returns, their IQM and mean with 95% stratified "
                     "bootstrap intervals (rliable), and the ratio to the reference. The same command again "
                     "continues: finished runs are kept, stopped or killed ones resume from their checkpoint.")
     bench.add_argument("suite", type=Path, metavar="SUITE.toml", help="the suite (benchmarks/suites/ has some)")
