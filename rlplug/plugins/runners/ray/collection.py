@@ -97,13 +97,6 @@ class RayCollection:
         self.recipe_envs = envs = max(1, env.batch_size.numel())
         splittable = "num_envs" in recipe.env.params and envs % workers == 0 and not self.asynchronous
         self.envs_per_worker = envs // workers if splittable else envs
-        if not splittable and not self.asynchronous and workers > 1:
-            warnings.warn(RlplugWarning(
-                f"runner.workers = {workers}: the recipe's {envs} env(s) do not divide among {workers} workers, so "
-                f"each worker steps all {envs}: every update learns from {envs * workers} envs, each stepping "
-                f"1/{workers} of the steps a local run's would (other episodes, another spread of exploration, "
-                f"which an algorithm may learn differently from); give env.num_envs a multiple of {workers} to "
-                f"keep the recipe's layout"), stacklevel=2)
         shares = 1 if self.asynchronous else workers
         #: the unit the update's frames were rounded to (``Algorithm.rounded_cadence``), or None
         self.cadence_unit: int | None = None
@@ -141,6 +134,13 @@ class RayCollection:
         self.iterator: Iterator[TensorDictBase] | None = None
         self.statistics_state: dict | None = None
         self.env_has_statistics = False
+        if not splittable and not self.asynchronous and workers > 1:  # said once the checks above passed
+            warnings.warn(RlplugWarning(
+                f"runner.workers = {workers}: the recipe's {envs} env(s) do not divide among {workers} workers, so "
+                f"each worker steps all {envs}: every update learns from {envs * workers} envs, each stepping "
+                f"1/{workers} of the steps a local run's would (other episodes, another spread of exploration, "
+                f"which an algorithm may learn differently from); give env.num_envs a multiple of {workers} to "
+                f"keep the recipe's layout"), stacklevel=2)
         self.start()
 
     def rounded_cadence(self, algorithm, frames_per_batch: int, unit: int) -> int:
