@@ -51,12 +51,6 @@ def key_name(key) -> str:
     return ".".join(key) if isinstance(key, tuple) else str(key)
 
 
-def as_key(name: str):
-    """A recipe's ``params.g`` as TorchRL's nested key ``("params", "g")``."""
-    parts = tuple(name.split("."))
-    return parts if len(parts) > 1 else parts[0]
-
-
 class ObservationVector(Transform):
     """Writes ``observation`` (or ``out_key``): the entries ``in_keys``, each as float32, concatenated along the
     last dim.
@@ -168,28 +162,38 @@ def chosen_entries(spec: Composite, in_keys: Sequence[str] | None) -> list | Non
             raise UserError(f"no observation entry of this env is one networks can read: {listed}; or choose "
                             f"the entries with in_keys", path="env")
         return readable
-    if not in_keys:
-        raise UserError("must name at least one observation entry", path="env.in_keys")
-    chosen = []
-    for name in in_keys:
-        if name not in names:
-            raise UserError(f"the env has no observation entry '{name}'{did_you_mean(name, names)}; its entries: "
-                            f"{', '.join(names)}", path="env.in_keys")
-        key = as_key(name)
-        problem = None if key == MASK else entry_problem(key, spec[key], spec.ndim)
-        if problem:
-            raise UserError(problem, path="env.in_keys")
-        chosen.append(key)
-    if len(set(in_keys)) != len(in_keys):
-        raise UserError(f"names an entry twice: {list(in_keys)}", path="env.in_keys")
+    chosen = keys_named(spec, in_keys, dict(zip(names, leaves)), "env.in_keys")
     if chosen == [OBSERVATION]:
         return None
     # with an image, the env's own observation is one entry of the Dict; otherwise it would be overwritten
-    gathered = OBSERVATION in chosen and any(is_image(spec[key], spec.ndim) for key in chosen)
-    if OBSERVATION in leaves and not gathered:
+    among_images = OBSERVATION in chosen and any(is_image(spec[key], spec.ndim) for key in chosen)
+    if OBSERVATION in leaves and not among_images:
         raise UserError("the env already declares an 'observation' entry, which rlplug would overwrite: choose "
                         "['observation'] alone or with images, or rename it first (TorchRL's RenameTransform)",
                         path="env.in_keys")
+    return chosen
+
+
+def keys_named(spec: Composite, names: Sequence[str], by_name: dict, path: str,
+               shown: Sequence[str] | None = None) -> list:
+    """The keys ``by_name`` gives for ``names``, each an entry networks can read (or the action mask, where it is
+    among them); a :class:`UserError` at ``path`` for none named, a name the env lacks (its entries listed as
+    ``shown``, by default ``by_name``'s names), an entry no network reads, or a name given twice."""
+    if not names:
+        raise UserError("must name at least one observation entry", path=path)
+    listed = list(by_name) if shown is None else list(shown)
+    chosen = []
+    for name in names:
+        if name not in by_name:
+            raise UserError(f"the env has no observation entry '{name}'{did_you_mean(name, list(by_name))}; its "
+                            f"entries: {', '.join(listed)}", path=path)
+        key = by_name[name]
+        problem = None if key == MASK else entry_problem(key, spec[key], spec.ndim)
+        if problem:
+            raise UserError(problem, path=path)
+        chosen.append(key)
+    if len(set(names)) != len(names):
+        raise UserError(f"names an entry twice: {list(names)}", path=path)
     return chosen
 
 
@@ -210,20 +214,24 @@ def one_observation(env: EnvBase, in_keys: Sequence[str] | None = None) -> EnvBa
     env with the chosen entries concatenated into ``observation`` (:class:`ObservationVector`), or, where they
     include an image beside other entries, gathered into it by name (:class:`ObservationEntries`). Entries are
     named as in a recipe: ``th``, ``params.g`` for nested ones."""
+    chosen = chosen_entries(env.observation_spec, in_keys)
+    return env if chosen is None else gathered(env, chosen, OBSERVATION)
+
+
+def gathered(env: EnvBase, chosen: list, out_key: str) -> EnvBase:
+    """``env`` with ``out_key`` written from the entries ``chosen`` (keys): concatenated
+    (:class:`ObservationVector`), or by name where an image is among several (:class:`ObservationEntries`)."""
     spec = env.observation_spec
-    chosen = chosen_entries(spec, in_keys)
-    if chosen is None:
-        return env
     if len(chosen) > 1 and any(is_image(spec[key], spec.ndim) for key in chosen):
-        return OneObservationEnv(env, ObservationEntries(chosen))
+        return OneObservationEnv(env, ObservationEntries(chosen, out_key=out_key))
     event_dims = [len(spec[key].shape) - spec.ndim for key in chosen]
-    return OneObservationEnv(env, ObservationVector(chosen, event_dims, network_dtype(spec[chosen[0]].dtype)))
+    return OneObservationEnv(env, ObservationVector(chosen, event_dims, network_dtype(spec[chosen[0]].dtype),
+                                                    out_key=out_key))
 
 
 def named_entries(spec: Composite, names: Sequence[str], path: str) -> list:
     """The keys of the entries ``names`` (as a recipe writes them: ``state``, ``params.g``; an entry of a Dict
-    observation by its own name too), each one networks can read; a :class:`UserError` at ``path`` naming the
-    env's entries otherwise."""
+    observation by its own name too), each one networks can read (:func:`keys_named`)."""
     leaves = [key for key in spec.keys(True, True) if key not in (ENV_REWARD, MASK, CRITIC_OBSERVATION)]
     by_name = {key_name(key): key for key in leaves}
     shown = dict(by_name)
@@ -231,32 +239,7 @@ def named_entries(spec: Composite, names: Sequence[str], path: str) -> list:
         if isinstance(key, tuple) and len(key) == 2 and key[0] == OBSERVATION and key[1] not in by_name:
             by_name[key[1]] = key
             shown = {key[1] if value == key else name: value for name, value in shown.items()}
-    if not names:
-        raise UserError("must name at least one observation entry", path=path)
-    if len(set(names)) != len(names):
-        raise UserError(f"names an entry twice: {list(names)}", path=path)
-    chosen = []
-    for name in names:
-        if name not in by_name:
-            raise UserError(f"the env has no observation entry '{name}'{did_you_mean(name, list(by_name))}; its "
-                            f"entries: {', '.join(shown)}", path=path)
-        problem = entry_problem(by_name[name], spec[by_name[name]], spec.ndim)
-        if problem:
-            raise UserError(problem, path=path)
-        chosen.append(by_name[name])
-    return chosen
-
-
-def gathered(env: EnvBase, names: Sequence[str], out_key: str, path: str) -> EnvBase:
-    """``env`` with ``out_key`` written from the entries ``names`` (:func:`named_entries`), as
-    :func:`one_observation` gathers them: concatenated, or by name where one is an image beside others."""
-    spec = env.observation_spec
-    chosen = named_entries(spec, names, path)
-    if len(chosen) > 1 and any(is_image(spec[key], spec.ndim) for key in chosen):
-        return OneObservationEnv(env, ObservationEntries(chosen, out_key=out_key))
-    event_dims = [len(spec[key].shape) - spec.ndim for key in chosen]
-    return OneObservationEnv(env, ObservationVector(chosen, event_dims, network_dtype(spec[chosen[0]].dtype),
-                                                    out_key=out_key))
+    return keys_named(spec, names, by_name, path, list(shown))
 
 
 def with_network_entries(env: EnvBase, policy: Sequence[str] = (), critic: Sequence[str] = ()) -> EnvBase:
@@ -265,7 +248,9 @@ def with_network_entries(env: EnvBase, policy: Sequence[str] = (), critic: Seque
     ``critic_observation``, then the policy's into ``observation``, both from the entries as the env declares
     them (a Dict observation's by their own names). Where the policy names none it reads the env's observation."""
     if critic:
-        env = gathered(env, critic, CRITIC_OBSERVATION, "algorithm.critic.in_keys")
+        chosen = named_entries(env.observation_spec, critic, "algorithm.critic.in_keys")
+        env = gathered(env, chosen, CRITIC_OBSERVATION)
     if policy:
-        env = gathered(env, policy, OBSERVATION, "algorithm.policy.in_keys")
+        chosen = named_entries(env.observation_spec, policy, "algorithm.policy.in_keys")
+        env = gathered(env, chosen, OBSERVATION)
     return env

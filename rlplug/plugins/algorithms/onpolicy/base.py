@@ -81,9 +81,8 @@ class OnPolicy(OnPolicyActing, Sequences, GradientsInterface, ChangesDuringRun):
         self.policy: TensorDictModuleBase = build_network(config.policy, role="policy", **specs)
         self.critic = build_network(config.critic, role="value", **specs) if self.uses_critic else None
         self.recurrent = self.check_recurrence()
-        #: what the critic reads: the policy's observation, or an asymmetric critic's own entries
-        self.critic_key = value_input(self.critic, "observation")
-        if self.critic_key != "observation" and (is_recurrent(self.critic) or config.shared_body):
+        asymmetric = value_input(self.critic, None) is not None  # the critic reads entries of its own
+        if asymmetric and (is_recurrent(self.critic) or config.shared_body):
             raise UserError("an asymmetric critic (in_keys) reads other entries than the policy: it shares no body "
                             "with it and is not recurrent (leave shared_body unset, choose a feed-forward critic)",
                             path="algorithm.critic.in_keys")
@@ -107,6 +106,7 @@ class OnPolicy(OnPolicyActing, Sequences, GradientsInterface, ChangesDuringRun):
             else self.actor.observation_key
         #: a recurrent critic's state at the end of the last batch, where the next batch of the same envs goes on
         self.critic_carry: list[torch.Tensor] | None = None
+        #: what the critic reads: the policy's observation, or an asymmetric critic's own entries
         self.critic_key = value_input(self.critic, self.observation_key)
         self.value = tensor_function(self.critic, [self.critic_key]) \
             if self.critic and not is_recurrent(self.critic) else None
