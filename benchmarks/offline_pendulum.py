@@ -1,7 +1,8 @@
 """Issue 40's offline measurement: each offline recipe learns from a recorded dataset alone, over seeds.
 
 From scratch: train ``recipes/pendulum-sac.toml`` (its 20k frames), ``rlplug record`` 50 episodes of its policy (the
-expert dataset) and 50 with ``--noise 0.5`` (the noisy one), then train each of ``pendulum-offline-{bc,td3bc,iql,
+expert dataset), 50 with ``--noise 0.5`` (the noisy one) and 50 with ``--epsilon 0.5`` (half the actions uniformly
+random: the epsilon one, offered with ``--datasets``), then train each of ``pendulum-offline-{bc,td3bc,iql,
 cql}.toml`` on each dataset for each seed; the discrete case likewise: ``recipes/cartpole-dqn.toml``, 50 episodes
 recorded with ``--epsilon 0.2``, ``cartpole-offline-discrete-{cql,iql}.toml``. The table gives each dataset's own
 mean return (what its behaviour policy scored), then per recipe and dataset the final evaluation return of each
@@ -27,7 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,6 +38,7 @@ BATCH = 256  # every offline recipe's batch_size: run.total_frames = gradient st
 DATASETS = {
     "expert": ("pendulum-sac", ["--episodes", "50"]),
     "noisy": ("pendulum-sac", ["--episodes", "50", "--noise", "0.5"]),
+    "epsilon": ("pendulum-sac", ["--episodes", "50", "--epsilon", "0.5"]),
     "cartpole": ("cartpole-dqn", ["--episodes", "50", "--epsilon", "0.2"]),
 }
 #: the offline recipes of each dataset's env
@@ -130,7 +132,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="where runs and datasets go (reused if there)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--datasets", default="expert,noisy,cartpole", help="comma-separated: expert, noisy, cartpole")
+    parser.add_argument("--datasets", default="expert,noisy,cartpole",
+                        help="comma-separated: expert, noisy, epsilon, cartpole")
     parser.add_argument("--only", default=None, help="comma-separated algorithms (bc, td3bc, iql, cql, discrete-cql, "
                                                      "discrete-iql)")
     parser.add_argument("--steps", type=int, default=None, help="gradient steps a run (default: each recipe's own)")
@@ -161,7 +164,7 @@ def main() -> None:
                          "std": statistics.pstdev(returns) if len(returns) > 1 else 0.0,
                          "wall_s": statistics.mean(run["wall_s"] for run in runs)})
 
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
     print(f"{stamp}, commit {commit}, {platform.node()} ({platform.machine()}), seeds {args.seeds}")
