@@ -407,3 +407,30 @@ def test_seeds_of_an_offline_recipe_one_after_another_not_together(recorded, tmp
     one_line_error(run_cli("run", str(RECIPES["bc"]), "--out", str(tmp_path / "b"), "--seeds", "0-1", "--batched",
                            *flags), "dataset: an offline run ([dataset]) collects nothing")
     assert not (tmp_path / "b").exists()
+
+
+def test_a_dataset_recorded_in_rescaled_actions_is_learned_and_evaluated_in_them(tmp_path):
+    """docs/offline.md's road to CQLLoss's [-1, 1]: gymnasium's RescaleAction on the recorded run; the dataset's
+    actions and the offline run's evaluation env are then the wrapped env's."""
+    import minari
+
+    wrapper = '[{name = "RescaleAction", kwargs = {min_action = -1.0, max_action = 1.0}}]'
+    run, dataset = tmp_path / "sac", tmp_path / "unit-v0"
+    result = run_cli("run", str(ROOT / "recipes" / "pendulum-sac.toml"), "--out", str(run), "--set",
+                     "run.total_frames=300", "--set", "eval.every_frames=0", "--set", "eval.episodes=1",
+                     "--set", f"env.wrappers={wrapper}")
+    assert result.returncode == 0, result.stderr
+    result = run_cli("record", str(run), "--episodes", "2", "--stochastic", "--out", str(dataset))
+    assert result.returncode == 0, result.stderr
+    data = minari.load_dataset(str(dataset))
+    actions = np.concatenate([episode.actions for episode in data.iterate_episodes()])
+    assert np.abs(actions).max() <= 1.0 and np.abs(actions).max() > 0.5  # the policy's [-1, 1], not Pendulum's [-2, 2]
+    assert list(data.action_space.high) == [1.0]
+    recovered = data.recover_environment()  # plain minari makes the env the data was recorded on, wrapper and all
+    assert list(recovered.action_space.high) == [1.0]
+    recovered.close()
+    out = tmp_path / "cql"
+    result = run_cli("run", str(RECIPES["cql"]), "--out", str(out), "--set", f"dataset.path={dataset}", *SHORT)
+    assert result.returncode == 0, result.stderr
+    env = tomllib.loads((out / "recipe.toml").read_text())["env"]
+    assert env["wrappers"] == [{"name": "RescaleAction", "kwargs": {"min_action": -1.0, "max_action": 1.0}}]

@@ -64,14 +64,19 @@ def behaviour_policy(policy: Callable, action_spec, behaviour: Behaviour,
 
 
 def gymnasium_spaces(run: Run, observation_shape: tuple[int, ...], discrete_actions: int | None):
-    """The dataset's spaces and gymnasium spec: the gymnasium env's own where the recipe's env is a ``gym`` id whose
+    """The dataset's spaces and gymnasium spec: the gymnasium env's own, inside the recipe's ``wrappers`` (whose
+    spaces the policy acted in: ``RescaleAction``'s actions), where the recipe's env is a ``gym`` id whose
     observations the run reads unchanged, else boxes of what the run's env gives."""
     import gymnasium as gym
+
+    from rlplug.plugins.envs import gym_wrapper_class
 
     params, env_spec = run.recipe.env.params, None
     observation_space = action_space = None
     if run.recipe.env.spec.name == "gym" and params.get("id"):
         made = gym.make(params["id"], max_episode_steps=params.get("max_episode_steps"), **(params.get("kwargs") or {}))
+        for wrapper in params.get("wrappers") or ():
+            made = gym_wrapper_class(wrapper.name)(made, **wrapper.kwargs)
         try:
             env_spec = made.spec
             if made.observation_space.shape == observation_shape:
