@@ -85,6 +85,8 @@ def test_refusals_name_what_cannot_be_batched(tmp_path, monkeypatch):
         (ROOT / "recipes" / "pendulum-sac.toml", [], "does not declare batched_update", "algorithm.use"),
         (*SAC_RANDOM_PHASE, "no array actor", "algorithm"),
         (ROOT / "recipes" / "cartpole-ppo-kl.toml", [], "cannot compute several seeds at once", "algorithm.loss"),
+        (ROOT / "recipes" / "mountaincarcontinuous-sac-gsde.toml", [], "gSDE", "algorithm.use_sde"),
+        (ROOT / "recipes" / "pendulum-ppo.toml", ["algorithm.use_sde=true"], "gSDE", "algorithm.use_sde"),
         (CANONICAL, ["runner.use=ray"], "runner cannot", "runner.use"),
         (CANONICAL, ["env.transforms=[{use = \"StepCounter\"}]"], "array road", "env"),
     ]

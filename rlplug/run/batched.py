@@ -127,6 +127,9 @@ def refuse_unbatchable_run(run: Run) -> None:
     if is_recurrent(run.algorithm.policy):
         raise UserError(f"recurrent networks carry a hidden state per env through collection, which --batched "
                         f"does not stack; {RETRY}", path="algorithm.policy")
+    if getattr(getattr(run.algorithm, "config", None), "use_sde", False):
+        raise UserError(f"gSDE's exploration matrices are held by each seed's acting actor between steps, which "
+                        f"the stacked actor does not keep per seed; {RETRY}", path="algorithm.use_sde")
     if capability(run.algorithm, protocols.Algorithm.batched_update) is None:
         raise UserError(f"{title} does not declare batched_update, so its seeds cannot be trained together; "
                         f"{RETRY}", path="algorithm.use")
