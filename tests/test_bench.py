@@ -230,3 +230,40 @@ def test_a_sigterm_stops_the_bench_with_a_checkpoint_and_the_next_call_resumes_t
     assert finished["iterations"] == 20480 // 256  # one iteration per batch: none trained twice
     entry = json.loads((out / "report.json").read_text())["entries"][0]
     assert entry["seeds"] == [0] and entry["returns"] == [finished["eval_return_mean"]]
+
+
+def test_the_time_left_counts_each_entry_at_its_own_rate_and_says_what_is_untimed(tmp_path):
+    """A fast entry's rate must not price a slow one's frames (a suite of PPO and SAC entries was once told
+    118 h at the slow entry's rate): each entry's frames left at the frames/s of its own finished seeds."""
+    from rlplug.cli.run import parse_seeds
+    from rlplug.run.bench import Progress, plan, read_suite
+
+    suite = read_suite(write_suite(tmp_path / "suite.toml", """
+        [[entry]]
+        recipe = "CANONICAL"
+        seeds = "0-2"
+        frames = 1000
+        [[entry]]
+        recipe = "CANONICAL"
+        seeds = "0"
+        frames = 5000
+        name = "slow"
+        """), parse_seeds)
+    out = tmp_path / "out"
+    fast, slow = suite.entries
+    done = fast.run_dir(out, 0)  # one finished seed: 1000 frames in 10 s, 100 frames/s
+    done.mkdir(parents=True)
+    (done / "recipe.toml").write_text((fast.recipe_path).read_text())
+    (done / "summary.json").write_text(json.dumps({"status": "finished", "frames": 1000, "wall_time_s": 10.0,
+                                                   "eval_return_mean": 1.0}))
+    lines: list[str] = []
+    progress = Progress(plan(suite.entries, out), out, say=lines.append)
+    assert progress.eta() == "; about 20 s left for the entries timed so far, and 5,000 frames of entries not yet timed"
+    for unit in progress.units:
+        if unit.entry is slow:  # the slow entry finishes: 5000 frames in 500 s, 10 frames/s
+            run_dir = slow.run_dir(out, 0)
+            run_dir.mkdir(parents=True)
+            (run_dir / "summary.json").write_text(json.dumps({"status": "finished", "frames": 5000,
+                                                              "wall_time_s": 500.0, "eval_return_mean": 1.0}))
+            progress.finished(unit, out)
+    assert lines[-1].endswith("; about 20 s left (each entry at its own frames/s so far)")

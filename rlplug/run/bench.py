@@ -408,21 +408,41 @@ def unit_by_key(entries: Sequence[Entry], out: Path, key: str) -> Unit:
 
 @dataclass
 class Progress:
-    """Progress lines: which unit, and an estimate of the time left from this call's frames per second."""
+    """Progress lines: which unit, and an estimate of the time left. Entries train at very different rates (a
+    PPO frame costs little, an SAC frame a gradient step), so each entry's frames still to train are counted at
+    the frames per second its finished seeds took (their run directories tell, earlier calls' too); frames of
+    entries not timed yet are said apart, never guessed from another entry's rate."""
 
-    total: int
-    remaining: int
-    started: float = field(default_factory=time.perf_counter)
-    trained: int = 0
-    begun: int = 0
+    units: Sequence[Unit]
+    out: Path
+    jobs: int = 1
     say: Callable[[str], None] = lambda line: print(line, flush=True)
+    begun: int = 0
+
+    def __post_init__(self) -> None:
+        self.total = len(self.units)
+        self.entries = {unit.entry.name: unit.entry for unit in self.units}
+        #: each entry's frames still to train in this call
+        self.left = {name: 0 for name in self.entries}
+        for unit in self.units:
+            self.left[unit.entry.name] += unit.remaining
+        self.rates = {name: self.rate(entry) for name, entry in self.entries.items()}
+
+    def rate(self, entry: Entry) -> float | None:
+        """The frames per second of the entry's finished seeds (None before one finished)."""
+        return EntryRuns.read(entry, self.out).frames_per_s
 
     def eta(self) -> str:
-        elapsed = time.perf_counter() - self.started
-        if self.trained <= 0 or self.remaining <= 0:
-            return "" if self.remaining <= 0 else "; time left: known after the first run"
-        seconds = self.remaining * elapsed / self.trained
-        return f"; about {duration(seconds)} left (at this call's {self.trained / elapsed:,.0f} frames/s)"
+        timed = sum(frames / rate for name, frames in self.left.items() if frames and (rate := self.rates[name]))
+        untimed = sum(frames for name, frames in self.left.items() if frames and not self.rates[name])
+        if not timed and not untimed:
+            return ""
+        if not timed:
+            return "; time left: known after an entry's first run"
+        left = f"; about {duration(timed / max(1, self.jobs))} left"
+        if untimed:
+            return f"{left} for the entries timed so far, and {untimed:,} frames of entries not yet timed"
+        return f"{left} (each entry at its own frames/s so far)"
 
     def starting(self, unit: Unit, what: str = "") -> None:
         self.begun += 1
@@ -430,15 +450,16 @@ class Progress:
                  f"{'resuming' if unit.resume else 'training'} to {unit.entry.frames:,} frames{what}{self.eta()}")
 
     def finished(self, unit: Unit, out: Path) -> None:
-        self.trained += unit.remaining
-        self.remaining = max(0, self.remaining - unit.remaining)
+        name = unit.entry.name
+        self.left[name] = max(0, self.left[name] - unit.remaining)
+        self.rates[name] = self.rate(unit.entry) or self.rates[name]
         parts = []
         for seed in unit.seeds:
             summary = read_summary(unit.entry.run_dir(out, seed))
             value = summary.get("eval_return_mean")
             shown = f"{value:.4g}" if isinstance(value, (int, float)) else "none"
             parts.append(f"seed {seed} {summary.get('status', 'no summary')}, final return {shown}")
-        self.say(f"bench: {unit.entry.name}: {'; '.join(parts)}{self.eta()}")
+        self.say(f"bench: {name}: {'; '.join(parts)}{self.eta()}")
 
 
 def duration(seconds: float) -> str:
@@ -567,7 +588,7 @@ def train(units: Sequence[Unit], out: Path, *, jobs: int = 1, command: Callable[
     (this command again, for one unit). A unit that fails with a user error (a missing package, say) is named
     in the outcome and its entry's other units are left; SIGINT or SIGTERM stop it all, each run under way with
     a checkpoint."""
-    progress = Progress(len(units), sum(unit.remaining for unit in units), say=say)
+    progress = Progress(units, out, jobs, say=say)
     if jobs > 1 and len(units) > 1:
         assert command is not None, "worker processes run a command"
         return train_in_processes(units, out, jobs, command, progress)
@@ -667,29 +688,53 @@ def summarise(returns: Sequence[float]) -> dict[str, Any]:
             "mean_ci": aggregate["ci95"]["mean"], "bootstrap": aggregate["bootstrap"]}
 
 
+@dataclass
+class EntryRuns:
+    """What the run directories hold for an entry: the seeds with a final return, those still to train or
+    diverged, and the wall seconds and frames of the finished ones (seeds trained together counted once)."""
+
+    seeds: list[int]
+    returns: list[float]
+    pending: list[int]
+    diverged: list[int]
+    group: set[int]
+    wall: float
+    frames: int
+
+    @classmethod
+    def read(cls, entry: Entry, out: Path) -> EntryRuns:
+        group = set(batched_seeds(entry.folder(out)))
+        seeds, returns, pending, diverged = [], [], [], []
+        walls: dict[int, float] = {}
+        frames = 0
+        for seed in entry.seeds:
+            run_dir = entry.run_dir(out, seed)
+            summary = read_summary(run_dir)
+            state = seed_state(entry, run_dir)
+            value = summary.get("eval_return_mean")
+            if state == "done" and isinstance(value, (int, float)):
+                seeds.append(seed)
+                returns.append(float(value))
+                walls[seed] = float(summary.get("wall_time_s") or 0.0)
+                frames += int(summary.get("frames") or 0)
+            elif state == "diverged":
+                diverged.append(seed)
+            else:
+                pending.append(seed)
+        # seeds trained together each count the whole group's seconds: counted once
+        together = [walls[seed] for seed in seeds if seed in group]
+        wall = sum(walls[seed] for seed in seeds if seed not in group) + (max(together) if together else 0.0)
+        return cls(seeds, returns, pending, diverged, group, wall, frames)
+
+    @property
+    def frames_per_s(self) -> float | None:
+        return round(self.frames / self.wall, 1) if self.wall > 0 else None
+
+
 def entry_report(entry: Entry, out: Path, failure: str | None = None) -> dict[str, Any]:
     """What the run directories hold for ``entry``: the seeds with a final return, and their aggregate."""
-    group = set(batched_seeds(entry.folder(out)))
-    seeds, returns, pending, diverged = [], [], [], []
-    walls: dict[int, float] = {}
-    frames = 0
-    for seed in entry.seeds:
-        run_dir = entry.run_dir(out, seed)
-        summary = read_summary(run_dir)
-        state = seed_state(entry, run_dir)
-        value = summary.get("eval_return_mean")
-        if state == "done" and isinstance(value, (int, float)):
-            seeds.append(seed)
-            returns.append(float(value))
-            walls[seed] = float(summary.get("wall_time_s") or 0.0)
-            frames += int(summary.get("frames") or 0)
-        elif state == "diverged":
-            diverged.append(seed)
-        else:
-            pending.append(seed)
-    # seeds trained together each count the whole group's seconds: counted once
-    together = [walls[seed] for seed in seeds if seed in group]
-    wall = sum(walls[seed] for seed in seeds if seed not in group) + (max(together) if together else 0.0)
+    runs = EntryRuns.read(entry, out)
+    seeds, returns, group, wall, frames = runs.seeds, runs.returns, runs.group, runs.wall, runs.frames
     stats: dict[str, Any] = summarise(returns) if returns else \
         {"iqm": None, "ci": None, "mean": None, "mean_ci": None}
     stats.pop("bootstrap", None)
@@ -702,9 +747,8 @@ def entry_report(entry: Entry, out: Path, failure: str | None = None) -> dict[st
         "ratio_ci": [ratio(stats["ci"][0], reference.score), ratio(stats["ci"][1], reference.score)]
         if reference and stats["ci"] else None,
         "at_or_above": stats["iqm"] >= reference.score if reference and stats["iqm"] is not None else None,
-        "wall_s": round(wall, 3), "frames_trained": frames,
-        "frames_per_s": round(frames / wall, 1) if wall > 0 else None,
-        "seeds_together": sorted(group & set(entry.seeds)), "pending": pending, "diverged": diverged,
+        "wall_s": round(wall, 3), "frames_trained": frames, "frames_per_s": runs.frames_per_s,
+        "seeds_together": sorted(group & set(entry.seeds)), "pending": runs.pending, "diverged": runs.diverged,
     }
     if failure is not None:
         result["error"] = failure
