@@ -253,7 +253,7 @@ def test_the_time_left_counts_each_entry_at_its_own_rate_and_says_what_is_untime
     fast, slow = suite.entries
     done = fast.run_dir(out, 0)  # one finished seed: 1000 frames in 10 s, 100 frames/s
     done.mkdir(parents=True)
-    (done / "recipe.toml").write_text((fast.recipe_path).read_text())
+    (done / "recipe.toml").write_text(fast.recipe_path.read_text())
     (done / "summary.json").write_text(json.dumps({"status": "finished", "frames": 1000, "wall_time_s": 10.0,
                                                    "eval_return_mean": 1.0}))
     lines: list[str] = []

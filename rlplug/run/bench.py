@@ -439,7 +439,8 @@ class Progress:
             return ""
         if not timed:
             return "; time left: known after an entry's first run"
-        left = f"; about {duration(timed / max(1, self.jobs))} left"
+        at_once = max(1, min(self.jobs, len(self.units)))  # train() runs a single unit in this process
+        left = f"; about {duration(timed / at_once)} left"
         if untimed:
             return f"{left} for the entries timed so far, and {untimed:,} frames of entries not yet timed"
         return f"{left} (each entry at its own frames/s so far)"

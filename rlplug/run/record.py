@@ -75,9 +75,9 @@ def gymnasium_spaces(run: Run, observation_shape: tuple[int, ...], discrete_acti
     observation_space = action_space = None
     if run.recipe.env.spec.name == "gym" and params.get("id"):
         made = gym.make(params["id"], max_episode_steps=params.get("max_episode_steps"), **(params.get("kwargs") or {}))
-        for wrapper in params.get("wrappers") or ():
-            made = gym_wrapper_class(wrapper.name)(made, **wrapper.kwargs)
         try:
+            for wrapper in params.get("wrappers") or ():  # the run built its env with them: they wrap this one too
+                made = gym_wrapper_class(wrapper.name)(made, **wrapper.kwargs)
             env_spec = made.spec
             if made.observation_space.shape == observation_shape:
                 observation_space = made.observation_space
