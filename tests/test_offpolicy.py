@@ -271,6 +271,23 @@ def test_a_learning_rate_pair_sets_actor_and_critic(tmp_path):
     assert metrics["lr_actor"] == pytest.approx(1e-4 * 0.5) and metrics["lr_critic"] == pytest.approx(2e-3 * 0.5)
 
 
+@pytest.mark.parametrize("name, env", [("sac", "Pendulum-v1"), ("tqc", "Pendulum-v1"), ("redq", "Pendulum-v1"),
+                                       ("crossq", "Pendulum-v1"), ("cql", "Pendulum-v1"),
+                                       ("discrete-sac", "CartPole-v1")])
+def test_a_fixed_entropy_coefficient_trains_and_stays_where_it_was_set(tmp_path, name, env):
+    # TQC, REDQ, CQL and discrete SAC refused to build with learn_entropy_coef = false (an optimiser for no
+    # parameters); the coefficient must also stay put while the networks learn
+    agent = rlplug.Agent.from_recipe(
+        {"env": {"use": "gym", "id": env, "num_envs": 2},
+         "algorithm": {"use": name, "learn_entropy_coef": False, "initial_entropy_coef": 0.2, "batch_size": 32,
+                       "learning_starts": 64}},
+        out=tmp_path / "run", run={"total_frames": 160}, eval={"episodes": 1}, loggers=[{"use": "csv"}])
+    agent.train()
+    metrics = last_losses(agent)
+    assert metrics["alpha"] == pytest.approx(0.2)
+    assert "loss_qvalue" in metrics or "loss_value" in metrics
+
+
 def test_reward_shaping_is_applied_to_stored_rewards(tmp_path):
     agent = agent_for(tmp_path, "cartpole-dqn", **{"algorithm.reward_scale": 2.0, "algorithm.reward_offset": -1.5,
                                                    "algorithm.reward_clip": 0.25})

@@ -342,8 +342,11 @@ def with_learners(loss, gamma: float, groups: dict[str, str], terms: dict[str, s
         tensors = list(value.values(True, True)) if isinstance(value, TensorDictBase) else [value]
         return [tensor for tensor in tensors if tensor.requires_grad]
 
-    loss.parameter_groups = {name: parameters_of(attribute) for name, attribute in groups.items()}
-    loss.term_learners = terms
+    # a group with nothing to train (TorchRL's fixed_alpha keeps log_alpha a buffer) gets no learner, and its
+    # terms train nothing
+    trained = {name: parameters_of(attribute) for name, attribute in groups.items()}
+    loss.parameter_groups = {name: parameters for name, parameters in trained.items() if parameters}
+    loss.term_learners = {term: name for term, name in terms.items() if name in loss.parameter_groups}
     loss.n_step_targets = n_step
     if not targets:
         loss.no_targets = True
