@@ -79,6 +79,12 @@ def test_torchrls_road_counts_the_returns_of_a_plain_gymnasium_loop(policy):
     assert counted_returns(road, 4) == hand_returns(policy, 4, seeded_then_reset=True)[:4]
 
 
+def test_torchrls_road_started_again_after_some_copies_ended_starts_every_copy_anew(policy):
+    road = road_for(make_gym("CartPole-v1", num_envs=COPIES), policy, SEED, deterministic=True, array_road=False)
+    counted_returns(road, 1)  # stops after the step in which the first copy's episode ended, the others going on
+    assert counted_returns(road, 4) == hand_returns(policy, 4, seeded_then_reset=True)[:4]
+
+
 def test_step_buffers_keep_each_step_at_its_time_under_leading_rows():
     buffers = StepBuffers((2, 3), steps=4)
     for t in range(4):

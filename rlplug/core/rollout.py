@@ -94,7 +94,8 @@ def forget_last_step(env) -> None:
     ``VecGymEnvTransform``) remembers which copies ended in the last step and takes a reset without masks for a
     reset of those copies alone, handing every copy that step's observations instead of new episodes from the
     seed just set (an evaluation after one that stopped with some copies' episodes ended would not start from
-    the same states). What it remembers is dropped."""
+    the same states). What it remembers is dropped: the public road, a reset given every copy's ``_reset`` mask,
+    fails in TorchRL 0.14.1 on an env not stepped yet (the transform compares the mask to ``None``)."""
     from torchrl.envs.transforms import Compose, TransformedEnv, VecGymEnvTransform
 
     while isinstance(env, TransformedEnv):
