@@ -138,6 +138,23 @@ def test_the_aggregates_iqm_is_the_mean_of_the_middle_half_not_of_all(returns, i
     assert score(returns) == pytest.approx(iqm)
 
 
+def test_the_same_returns_get_the_same_interval_whatever_numpy_drew_before_and_whatever_is_beside_them():
+    # rliable's bootstrap draws from numpy's global generator: a bench's report gave one entry's interval as
+    # [58.5, 227] in its progress line and [76.2, 227] in report.json, written after other entries' estimates
+    import numpy as np
+
+    from rlplug.run.statistics import interval_estimates
+
+    returns = np.array([[40.9], [227.0], [93.9], [223.8], [226.9]])
+    np.random.seed(1)
+    alone = interval_estimates({"dqn": returns}, None, reps=200)["dqn"]
+    np.random.seed(2)
+    state = np.random.get_state()
+    beside = interval_estimates({"other": returns * 2, "dqn": returns}, None, reps=200)["dqn"]
+    assert beside == alone
+    assert np.random.rand() == (np.random.set_state(state), np.random.rand())[1], "numpy's own draws left alone"
+
+
 #: the final eval return each run seed's evaluation gets from the planted env
 PLANTED = {0: 10.0, 1: 20.0, 2: 30.0, 3: 1000.0}
 

@@ -19,7 +19,8 @@ plotted together (normalising each env's returns is a choice rlplug leaves to it
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -75,13 +76,29 @@ def interval_estimates(scores: Mapping[str, np.ndarray], gap_threshold: float | 
     """``{name: {metric: (point, low, high)}}`` for each score matrix ``[runs, tasks]`` in ``scores``."""
     library, _ = rliable()
     names = [m for m in METRICS if m != "optimality_gap" or gap_threshold is not None]
-    with warnings.catch_warnings():  # arch's notice that its RandomState argument will change
-        warnings.simplefilter("ignore", FutureWarning)
-        points, intervals = library.get_interval_estimates(
-            dict(scores), metric_function(gap_threshold), reps=reps, confidence_interval_size=CONFIDENCE,
-            random_state=np.random.RandomState(BOOTSTRAP_SEED))
-    return {name: {metric: (float(points[name][i]), float(intervals[name][0, i]), float(intervals[name][1, i]))
-                   for i, metric in enumerate(names)} for name in scores}
+    estimates = {}
+    for name, matrix in scores.items():  # one at a time: a group's interval never depends on the others
+        with warnings.catch_warnings(), numpy_seeded(BOOTSTRAP_SEED):
+            warnings.simplefilter("ignore", FutureWarning)  # arch's notice that its RandomState argument will change
+            points, intervals = library.get_interval_estimates(
+                {name: matrix}, metric_function(gap_threshold), reps=reps, confidence_interval_size=CONFIDENCE,
+                random_state=np.random.RandomState(BOOTSTRAP_SEED))
+        estimates[name] = {metric: (float(points[name][i]), float(intervals[name][0, i]),
+                                    float(intervals[name][1, i])) for i, metric in enumerate(names)}
+    return estimates
+
+
+@contextmanager
+def numpy_seeded(seed: int) -> Iterator[None]:
+    """numpy's global generator seeded with ``seed`` inside, as it was after: rliable 1.2.0's
+    ``StratifiedBootstrap`` draws its resampled indices from it and ignores its ``random_state``, so without
+    this the same returns got other intervals after anything else had drawn from numpy (a training run)."""
+    state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        np.random.set_state(state)
 
 
 def aggregate_returns(returns: Mapping[int, float], *, gap_threshold: float | None = None,
