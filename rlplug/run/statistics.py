@@ -76,7 +76,7 @@ def interval_estimates(scores: Mapping[str, np.ndarray], gap_threshold: float | 
     """``{name: {metric: (point, low, high)}}`` for each score matrix ``[runs, tasks]`` in ``scores``."""
     library, _ = rliable()
     names = [m for m in METRICS if m != "optimality_gap" or gap_threshold is not None]
-    estimates = {}
+    estimates: dict[str, dict[str, tuple[float, float, float]]] = {}
     for name, matrix in scores.items():  # one at a time: a group's interval never depends on the others
         with warnings.catch_warnings(), numpy_seeded(BOOTSTRAP_SEED):
             warnings.simplefilter("ignore", FutureWarning)  # arch's notice that its RandomState argument will change
