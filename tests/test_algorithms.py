@@ -76,6 +76,14 @@ def test_conflicting_options_are_user_errors(tmp_path):
         agent_for(tmp_path, {"use": "ppo", "anneal_lr": True, "lr_schedule": "cosine"})
     with pytest.raises(rlplug.UserError, match="unknown key 'kl_target' in algorithm 'ppo'"):
         agent_for(tmp_path, {"use": "ppo", "kl_target": 0.01})
+    # without a critic, an estimator that reads its values failed at the first update with no key named
+    with pytest.raises(rlplug.UserError, match="bootstrap = false") as raised:
+        agent_for(tmp_path, {"use": "vpg", "baseline": False, "advantage": {"use": "mc"}})
+    assert raised.value.path == "algorithm.advantage"
+    with pytest.raises(rlplug.UserError, match="no critic") as raised:
+        agent_for(tmp_path, {"use": "vpg", "baseline": False, "advantage": {"use": "mc", "bootstrap": False},
+                             "value_target": {"use": "gae"}})
+    assert raised.value.path == "algorithm.value_target"
 
 
 def test_advantage_comes_from_the_advantage_estimator_only(tmp_path):

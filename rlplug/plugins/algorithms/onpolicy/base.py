@@ -63,6 +63,19 @@ from rlplug.plugins.algorithms.parameters import ChangesDuringRun
 from rlplug.registry import protocols
 
 
+def refuse_estimators_reading_values(built: list) -> None:
+    """Without a critic (vpg's ``baseline = false``) an estimator that reads its values would fail at the first
+    update; refused at build, naming the key."""
+    from tensordict.utils import unravel_key
+
+    for name, spec, estimator, _ in built:
+        reads = {unravel_key(key) for key in getattr(estimator, "in_keys", ())}
+        if reads & {"state_value", ("next", "state_value")}:
+            raise UserError(f"{spec.title} reads the critic's values, and this algorithm has no critic here "
+                            f"(baseline = false): choose an estimator that needs none, such as "
+                            f'{{use = "mc", bootstrap = false}}', path=f"algorithm.{name}")
+
+
 class OnPolicy(OnPolicyActing, Sequences, GradientsInterface, ChangesDuringRun):
     """The shared update; subclasses replace :meth:`policy_loss` and may adapt after each minibatch."""
 
@@ -112,8 +125,12 @@ class OnPolicy(OnPolicyActing, Sequences, GradientsInterface, ChangesDuringRun):
             if self.critic and not is_recurrent(self.critic) else None
         #: (estimator, the keys taken from it): the advantage estimator may give a value target too (``mc``,
         #: ``td-lambda``...), used unless a ``value_target`` estimator is set, which never changes the advantage.
-        self.estimators = [(e.build(), keys) for e, keys in ((config.advantage, ("advantage", "value_target")),
-                                                             (config.value_target, ("value_target",))) if e is not None]
+        built = [(name, spec, spec.build(), keys) for name, spec, keys in (
+            ("advantage", config.advantage, ("advantage", "value_target")),
+            ("value_target", config.value_target, ("value_target",))) if spec is not None]
+        if self.critic is None:
+            refuse_estimators_reading_values(built)
+        self.estimators = [(estimator, keys) for _, _, estimator, keys in built]
         modules = [self.trained_policy, *([self.critic] if self.critic else [])]
         self.parameters = list({id(p): p for m in modules for p in m.parameters()}.values())
         #: the parameters in one tensor where they fit (what the optimiser steps), else the list itself
