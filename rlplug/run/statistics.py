@@ -173,7 +173,8 @@ def plot_aggregates(scores: Mapping[str, Sequence[float]], output: Path, *, gap_
         everything = np.concatenate([m.reshape(-1) for m in matrices.values()])
         low, high = float(everything.min()), float(everything.max())
         taus = np.linspace(low - 0.05 * (high - low or 1), high + 0.05 * (high - low or 1), 101)
-        profiles, bands = library.create_performance_profile(matrices, taus, reps=reps)
+        with numpy_seeded(BOOTSTRAP_SEED):  # its bands are the same bootstrap's
+            profiles, bands = library.create_performance_profile(matrices, taus, reps=reps)
         figure, axes = pyplot.subplots(figsize=(8, 5), layout="constrained")
         plot_utils.plot_performance_profiles(profiles, taus, performance_profile_cis=bands, ax=axes,
                                              xlabel=f"{xlabel} (tau)", ylabel="fraction of runs with return > tau",
