@@ -71,8 +71,8 @@ def refuse_estimators_reading_values(built: list) -> None:
     for name, spec, estimator, _ in built:
         reads = {unravel_key(key) for key in getattr(estimator, "in_keys", ())}
         if reads & {"state_value", ("next", "state_value")}:
-            raise UserError(f"{spec.title} reads the critic's values, and this algorithm has no critic here "
-                            f"(baseline = false): choose an estimator that needs none, such as "
+            raise UserError(f"{spec.title} reads the critic's values, and the algorithm learns no critic here "
+                            f"(as vpg with baseline = false): choose an estimator that needs none, such as "
                             f'{{use = "mc", bootstrap = false}}', path=f"algorithm.{name}")
 
 
