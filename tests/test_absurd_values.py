@@ -156,6 +156,7 @@ def test_a_replay_buffer_beyond_the_memory_available_is_refused(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.xdist_group("ray")
 def test_more_ray_workers_than_the_memory_holds_are_refused_before_any_starts(tmp_path):
     """64 workers on a 2-core machine started for minutes, saying nothing: each worker is a process about as
     large as the run's own, so more than the memory available holds are refused before Ray starts one."""

@@ -151,6 +151,7 @@ def test_a_critic_network_that_ignores_its_entries_is_refused_at_its_key():
     assert raised.value.path == "algorithm.critic.in_keys" and "network 'fixed'" in str(raised.value)
 
 
+@pytest.mark.xdist_group("ray")
 @pytest.mark.slow
 def test_ray_workers_build_the_critics_entries_in_both_modes(tmp_path):
     ray = pytest.importorskip("ray")

@@ -230,6 +230,7 @@ def test_run_with_seeds_writes_each_run_the_aggregate_and_a_plot(tmp_path):
     assert conflict.returncode == 2 and "--seeds" in conflict.stderr
 
 
+@pytest.mark.xdist_group("ray")
 @pytest.mark.slow
 def test_start_up_hides_ray_and_mujoco_and_leaves_the_collector_on(tmp_path):
     """A local run of rlplug's own components keeps TorchRL from importing Ray and MuJoCo (start-up cost,

@@ -277,6 +277,7 @@ def ray_instance():
     ("pendulum-sac", {"steps_per_update": 16, "gradient_steps": 4, "learning_starts": 32, "batch_size": 32}, 128),
     ("cartpole-dqn", {"steps_per_update": 64, "gradient_steps": 8, "learning_starts": 64, "batch_size": 32}, 256),
 ])
+@pytest.mark.xdist_group("ray")
 def test_ray_gradient_workers_train_offpolicy(ray_instance, tmp_path, name, algorithm, frames):
     agent = rlplug.Agent.from_recipe(ROOT / "recipes" / f"{name}.toml", out=tmp_path / "run", runner=GRADIENTS,
                                      **SMALL, **{"run.total_frames": frames}, algorithm=algorithm)

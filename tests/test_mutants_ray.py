@@ -23,7 +23,7 @@ from test_ray_storages import component
 from rlplug.plugins.algorithms.offpolicy.base import replay_transitions
 from rlplug.plugins.runners.ray.storages import ShardedReplay, Storage, writers
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]  # the Ray tests run one after another (README)
 
 #: test_ray's fixture: its module's local Ray instance
 ray_instance = test_ray.ray_instance

@@ -36,7 +36,7 @@ SMALL = {"run": {"total_frames": 2048, "checkpoint_every_frames": 0}, "eval": {"
 RAY = {"runner": {"use": "ray", "workers": 2}}
 
 #: Whole runs and subprocesses: the full suite's, not the fast tier's.
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]  # the Ray tests run one after another (README)
 
 
 @pytest.fixture(scope="module")

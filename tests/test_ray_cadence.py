@@ -19,6 +19,8 @@ from rlplug.errors import RlplugWarning, UserError
 from rlplug.plugins.algorithms.offpolicy.data_parallel import cadence
 from rlplug.recipe import load
 
+pytestmark = pytest.mark.xdist_group("ray")  # the Ray tests run one after another (README)
+
 ONE_KEY = 'runner={use="ray", workers=2}'
 SAC = ROOT / "recipes" / "pendulum-sac.toml"
 #: the shipped recipes of off-policy algorithms (the ones whose update is set in env steps)

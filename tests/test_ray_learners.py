@@ -30,7 +30,7 @@ from rlplug.plugins.runners.ray.learners import LearnerGroup
 from rlplug.plugins.runners.ray.runner import RayRunner
 from rlplug.recipe import load
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]  # the Ray tests run one after another (README)
 
 #: PPO's update in one minibatch per epoch (each learner's minibatch its shard), several epochs, advantages
 #: left as they are (normalising per shard would differ from normalising the whole batch)

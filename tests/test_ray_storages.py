@@ -23,6 +23,8 @@ from rlplug.errors import UserError
 from rlplug.plugins.replay_buffers.prioritized import PrioritizedReplayBuffer
 from rlplug.plugins.runners.ray.storages import ShardedReplay, Storage
 
+pytestmark = pytest.mark.xdist_group("ray")  # the Ray tests run one after another (README)
+
 #: test_ray's fixtures: its module's local Ray instance, and the two-node cluster
 ray_instance, two_nodes = test_ray.ray_instance, test_ray.two_nodes
 

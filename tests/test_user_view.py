@@ -161,6 +161,7 @@ def test_minatar_on_torch_classic_with_mlp_suggests_no_key_the_env_lacks(tmp_pat
     assert not out.exists()
 
 
+@pytest.mark.xdist_group("ray")
 def test_ray_failing_to_start_is_one_line_exit_2(tmp_path):
     """A real ray.init failure: Ray's temporary directory under a file, which it cannot create."""
     blocker = tmp_path / "a-file"
@@ -206,6 +207,7 @@ def rlplug_register_callbacks(register):
 """
 
 
+@pytest.mark.xdist_group("ray")
 def test_ray_timing_out_at_startup_is_one_line_exit_2(install, tmp_path):
     """Ray's own startup timeout (an Exception, not an OSError: a traceback before)."""
     where = install({"raytimeout": RAY_TIMEOUT}, dist="fakeraytimeout")

@@ -117,6 +117,7 @@ def test_seeds_trained_together(tmp_path):
         assert json.loads((tmp_path / "seeds" / f"seed-{seed}" / "summary.json").read_text())["frames"] == 400
 
 
+@pytest.mark.xdist_group("ray")
 @pytest.mark.slow
 def test_rays_gradient_mode(tmp_path):
     pytest.importorskip("ray")
