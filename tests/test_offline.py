@@ -165,7 +165,8 @@ def test_a_squashed_policy_learns_from_actions_at_the_bounds(tmp_path, name):
     try:
         algorithm = run.algorithm
         action = algorithm.replay.transitions.get("action")
-        assert action.abs().max().item() == pytest.approx(2.0 - 0.002)
+        bound = run.env.action_spec.space.high.max().item()  # 2, or 1 where the recipe rescales actions (cql)
+        assert action.abs().max().item() == pytest.approx(bound * (1 - 0.001))
         assert cloned.algorithm.replay.transitions.get("action").abs().min().item() == 2.0
         sample = algorithm.replay.transitions.select("observation").clone()
         log_prob = algorithm.actor.get_dist(sample).log_prob(action)
@@ -173,6 +174,25 @@ def test_a_squashed_policy_learns_from_actions_at_the_bounds(tmp_path, name):
     finally:
         run.close(abandon=True)
         cloned.close(abandon=True)
+
+
+def test_rescale_actions_maps_the_datasets_bounds_onto_those_of_the_env_it_wraps(tmp_path):
+    """Known input: Pendulum-shaped actions in [-2, 2] read with ``rescale_actions`` are halved (gymnasium's
+    RescaleAction map from [-2, 2] onto [-1, 1]), and the run's env, the dataset's own, acts in [-1, 1]: what
+    TorchRL's CQLLoss assumes of its random actions."""
+    dataset = synthetic(tmp_path / "random-v0")
+    plain = built("bc", dataset, tmp_path)
+    rescaled = built("bc", dataset, tmp_path / "rescaled", "dataset.rescale_actions=true")
+    try:
+        recorded = plain.algorithm.replay.transitions.get("action")
+        assert recorded.abs().max().item() > 1.5  # the synthetic data use the whole [-2, 2]
+        torch.testing.assert_close(rescaled.algorithm.replay.transitions.get("action"), recorded / 2)
+        assert rescaled.recipe.env.params["wrappers"][-1].name == "RescaleAction"
+        assert rescaled.env.action_spec.space.high.flatten().tolist() == [1.0]
+        assert plain.env.action_spec.space.high.flatten().tolist() == [2.0]
+    finally:
+        plain.close(abandon=True)
+        rescaled.close(abandon=True)
 
 
 def test_cqls_actor_clones_the_data_for_its_first_bc_steps(tmp_path):
@@ -283,6 +303,13 @@ def test_dataset_mistakes_are_one_line_and_create_nothing(recorded, tmp_path):
     discrete = synthetic(tmp_path / "discrete-v0", discrete=True)
     refused("iql", f"--set=dataset.path={discrete}",
             fragments=("dataset: the dataset's actions are discrete and the env's are continuous",))
+    refused("iql", f"--set=dataset.path={discrete}", "--set=dataset.rescale_actions=true",
+            fragments=("dataset.rescale_actions: the dataset's actions are not a Box",))
+    unit_env = ["--set", 'env={use="gym", id="Pendulum-v1", wrappers=[{name="RescaleAction", kwargs={min_action=-1.0, '
+                'max_action=1.0}}]}']
+    wide = synthetic(tmp_path / "wide-v0")  # actions over Pendulum's [-2, 2], into an env acting in [-1, 1]
+    refused("iql", f"--set=dataset.path={wide}", *unit_env,
+            fragments=("dataset: the dataset's actions reach", "bounds are [-1] to [1]", "rescale_actions"))
     nameless = synthetic(tmp_path / "nameless-v0", env=False)
     refused("iql", f"--set=dataset.path={nameless}", fragments=("dataset: the dataset names no env",))
     refused("iql", "--set=dataset.path=x", "--set=dataset.id=y-v0", fragments=("path or its id",))

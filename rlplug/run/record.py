@@ -70,6 +70,7 @@ def gymnasium_spaces(run: Run, observation_shape: tuple[int, ...], discrete_acti
     import gymnasium as gym
 
     from rlplug.plugins.envs import gym_wrapper_class
+    from rlplug.plugins.envs.gym import wrapped
 
     params, env_spec = run.recipe.env.params, None
     observation_space = action_space = None
@@ -77,7 +78,7 @@ def gymnasium_spaces(run: Run, observation_shape: tuple[int, ...], discrete_acti
         made = gym.make(params["id"], max_episode_steps=params.get("max_episode_steps"), **(params.get("kwargs") or {}))
         try:
             for wrapper in params.get("wrappers") or ():  # the run built its env with them: they wrap this one too
-                made = gym_wrapper_class(wrapper.name)(made, **wrapper.kwargs)
+                made = wrapped(made, gym_wrapper_class(wrapper.name), wrapper.kwargs)
             env_spec = made.spec
             if made.observation_space.shape == observation_shape:
                 observation_space = made.observation_space

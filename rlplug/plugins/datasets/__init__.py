@@ -25,6 +25,10 @@ def make_minari(
     #: or a dataset id in Minari's local root (MINARI_DATASETS_PATH, else ~/.minari/datasets); never downloaded:
     #: fetch it first with 'minari download ID'
     id: Annotated[str, Check(id_problem)] | None = None,
+    #: continuous actions mapped from the dataset's action bounds onto [-1, 1], and the env the dataset names given
+    #: gymnasium's RescaleAction(-1, 1) to match: for losses that assume that range (TorchRL's CQLLoss draws its
+    #: random actions from it); a recipe's own [env] must then act in [-1, 1] too
+    rescale_actions: bool = False,
 ):
     """A Minari dataset (https://minari.farama.org), read with minari itself; needs ``pip install
     "rlplug[offline]"``. Observations, actions, rewards, terminations and truncations are read; infos are not."""
@@ -36,8 +40,8 @@ def make_minari(
         raise UserError("give the dataset's path or its id (one of them), e.g. --set dataset.path=DIR",
                         path="dataset.path")
     if path is not None:
-        return MinariData(Path(path), "dataset.path")
-    return MinariData(minari_root() / str(id), "dataset.id")
+        return MinariData(Path(path), "dataset.path", rescale_actions=rescale_actions)
+    return MinariData(minari_root() / str(id), "dataset.id", rescale_actions=rescale_actions)
 
 
 @hookimpl

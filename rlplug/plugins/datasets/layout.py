@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDictBase
 
+from rlplug.core.heads import action_bounds
 from rlplug.errors import UserError
 from rlplug.networks import observation_key
 
@@ -40,5 +41,25 @@ def laid_out(transitions: TensorDictBase, observation_spec, action_spec, path: s
     elif tuple(action.shape[1:]) != action_shape:
         raise UserError(f"the dataset's actions are of shape {list(action.shape[1:])} and the env's of "
                         f"{list(action_shape)}: it was recorded on another env", path=path)
+    else:
+        refuse_actions_out_of_bounds(action, observation_spec, action_spec, path)
     transitions.set("action", action)
     return transitions
+
+
+def refuse_actions_out_of_bounds(action: torch.Tensor, observation_spec, action_spec, path: str) -> None:
+    """Continuous actions beyond the env's bounds (by more than 0.1% of the range: rounding) were recorded in
+    another action range, e.g. Pendulum's [-2, 2] for an env wrapped to act in [-1, 1]: one line at ``path``."""
+    bounds = action_bounds(observation_spec, action_spec)
+    if bounds is None or not len(action):
+        return
+    low, high = (bound.to(action) for bound in bounds)
+    slack = 1e-3 * (high - low)
+    if bool(((action < low - slack) | (action > high + slack)).any()):
+        def shown(values: torch.Tensor) -> str:
+            return "[" + ", ".join(f"{float(v):.3g}" for v in values) + "]"
+
+        raise UserError(f"the dataset's actions reach {shown(action.amin(0))} to {shown(action.amax(0))} and the "
+                        f"env's bounds are {shown(low)} to {shown(high)}: they were recorded in another action "
+                        f"range (dataset.rescale_actions = true maps a dataset's bounds onto [-1, 1], for an env "
+                        f"acting in [-1, 1])", path=path)

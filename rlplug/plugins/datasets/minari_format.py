@@ -58,6 +58,27 @@ def read_metadata(path: Path, key: str) -> dict[str, Any]:
     return metadata
 
 
+#: gymnasium's wrapper that makes an env act in [-1, 1], as a recipe's ``env.wrappers`` entry
+UNIT_ACTIONS = {"name": "RescaleAction", "kwargs": {"min_action": -1.0, "max_action": 1.0}}
+
+
+def action_bounds(metadata: dict[str, Any], key: str) -> tuple[list[float], list[float]] | None:
+    """The dataset's continuous action bounds (low, high) to rescale from; None where they are [-1, 1] already. One
+    line at ``key`` where its actions have no finite bounds to rescale (a discrete space, an unbounded box)."""
+    import math
+
+    try:
+        space = json.loads(metadata["action_space"])
+        low, high = [float(x) for x in space["low"]], [float(x) for x in space["high"]]
+    except (TypeError, ValueError, KeyError):
+        raise UserError(f"the dataset's actions are not a Box ({str(metadata.get('action_space'))[:80]}): only "
+                        f"continuous actions are rescaled; leave rescale_actions out", path=key) from None
+    if not all(math.isfinite(x) for x in low + high) or any(lo >= hi for lo, hi in zip(low, high)):
+        raise UserError(f"the dataset's action bounds are not finite ({low} to {high}): there is no range to "
+                        f"rescale from; leave rescale_actions out", path=key)
+    return None if set(low) == {-1.0} and set(high) == {1.0} else (low, high)
+
+
 def env_table(metadata: dict[str, Any]) -> dict[str, Any] | None:
     """The recipe ``[env]`` table of the env the data was recorded on: rlplug's own where ``record`` wrote it,
     else a ``gym`` env of the gymnasium spec minari keeps; None where the dataset names no env."""
@@ -122,12 +143,20 @@ class MinariData:
     """A Minari dataset on disk (:class:`rlplug.registry.protocols.Dataset`): its metadata read when made, its
     episodes when the run asks for its transitions."""
 
-    def __init__(self, path: Path, key: str):
+    def __init__(self, path: Path, key: str, *, rescale_actions: bool = False):
         self.path, self.key = path, key
         self.metadata = read_metadata(path, key)
+        self.rescaled_from = action_bounds(self.metadata, "dataset.rescale_actions") if rescale_actions else None
 
     def env_table(self) -> dict[str, Any] | None:
-        return env_table(self.metadata)
+        table = env_table(self.metadata)
+        if table is None or self.rescaled_from is None:
+            return table
+        if table.get("use") not in ("gym", "rlplug:gym"):
+            raise UserError(f"rescale_actions wraps a gymnasium env in RescaleAction and the dataset's env is "
+                            f"'{table.get('use')}': give the recipe an [env] acting in [-1, 1]",
+                            path="dataset.rescale_actions")
+        return {**table, "wrappers": [*(table.get("wrappers") or []), UNIT_ACTIONS]}
 
     def transitions(self, device: str):
         """Every step as ``[N]`` transitions (discrete actions as class indices, int64)."""
@@ -156,6 +185,9 @@ class MinariData:
                             f"offline runs read Box observations", path=self.key) from None
         action = joined("actions")
         action = action.long() if not action.is_floating_point() else action.float()
+        if self.rescaled_from is not None:  # onto [-1, 1], as gymnasium's RescaleAction maps the env's
+            low, high = (torch.tensor(bound, device=device) for bound in self.rescaled_from)
+            action = (2 * (action - low) / (high - low) - 1).clamp(-1, 1)
         count = len(action)
         if len(observation) != count:
             raise UserError(f"{self.path}: {len(observation) + len(episodes)} observations for {count} actions in "

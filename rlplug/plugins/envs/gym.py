@@ -18,6 +18,7 @@ and :meth:`~VectorGymEnv.step_tensors` give the same numbers:
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -201,12 +202,20 @@ def space_name(space: gym.Space) -> str:
     return type(space).__name__
 
 
+def wrapped(env: gym.Env, cls: type[gym.Wrapper], kwargs: Mapping[str, Any]) -> gym.Env:
+    """``env`` in a recipe's wrapper; gymnasium's warning that a bound lost precision is not shown: a recipe's
+    numbers are TOML floats (float64) and the env's Box float32, which is no fault of the user's."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32")
+        return cls(env, **kwargs)
+
+
 def _wrap_with(index: int, cls: type[gym.Wrapper], kwargs: Mapping[str, Any]) -> Callable[[gym.Env], gym.Env]:
     name = cls.__name__
 
     def wrap(env: gym.Env) -> gym.Env:
         try:
-            return cls(env, **kwargs)
+            return wrapped(env, cls, kwargs)
         except UserError:
             raise
         except Exception as error:  # the wrapper's own check of its arguments or of the env
