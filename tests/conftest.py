@@ -14,6 +14,12 @@ from pathlib import Path
 import cli_zygote
 import pytest
 
+#: Ray starts its worker processes at niceness 15 so that they yield to other processes (Ray's own default): beside
+#: the other xdist worker's tests, at niceness 0 on 2 cores, a Ray test's workers got a small share of the CPU and
+#: took 10 to 40 times as long as alone. Every Ray instance the tests start (in this process, in a run's
+#: subprocess, in tests/ray_cluster.py) reads it from the environment.
+os.environ.setdefault("RAY_worker_niceness", "0")
+
 ROOT = Path(__file__).resolve().parent.parent
 CANONICAL = ROOT / "recipes" / "cartpole-ppo.toml"
 
