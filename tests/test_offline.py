@@ -373,6 +373,10 @@ def test_prefill_mistakes_are_one_line(recorded, tmp_path):
     one_line_error(run_cli("run", recipe, *uniform, "--set", f"algorithm.replay_buffer.prefill={dataset}",
                            "--set", "env.id=MountainCarContinuous-v0"),
                    "algorithm.replay_buffer.prefill: the dataset's observations are of shape [3]")
+    wide = synthetic(tmp_path / "wide-v0")  # Pendulum's [-2, 2] into an env acting in [-1, 1]
+    one_line_error(run_cli("run", recipe, *uniform, "--set", f"algorithm.replay_buffer.prefill={wide}",
+                           "--set", 'env.wrappers=[{name="RescaleAction", kwargs={min_action=-1.0, max_action=1.0}}]'),
+                   "algorithm.replay_buffer.prefill: the dataset's actions reach", "record it on this env")
     assert not out.exists()
 
 

@@ -59,7 +59,9 @@ def refuse_actions_out_of_bounds(action: torch.Tensor, observation_spec, action_
         def shown(values: torch.Tensor) -> str:
             return "[" + ", ".join(f"{float(v):.3g}" for v in values) + "]"
 
+        unit = bool((low == -1).all() and (high == 1).all())
+        remedy = ("dataset.rescale_actions = true maps them onto [-1, 1]" if unit and path == "dataset" else
+                  "record it on this env, wrappers and all")
         raise UserError(f"the dataset's actions reach {shown(action.amin(0))} to {shown(action.amax(0))} and the "
                         f"env's bounds are {shown(low)} to {shown(high)}: they were recorded in another action "
-                        f"range (dataset.rescale_actions = true maps a dataset's bounds onto [-1, 1], for an env "
-                        f"acting in [-1, 1])", path=path)
+                        f"range; {remedy}", path=path)
