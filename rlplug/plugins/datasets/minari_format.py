@@ -62,7 +62,7 @@ def read_metadata(path: Path, key: str) -> dict[str, Any]:
 UNIT_ACTIONS = {"name": "RescaleAction", "kwargs": {"min_action": -1.0, "max_action": 1.0}}
 
 
-def action_bounds(metadata: dict[str, Any], key: str) -> tuple[list[float], list[float]] | None:
+def bounds_to_rescale(metadata: dict[str, Any], key: str) -> tuple[list[float], list[float]] | None:
     """The dataset's continuous action bounds (low, high) to rescale from; None where they are [-1, 1] already. One
     line at ``key`` where its actions have no finite bounds to rescale (a discrete space, an unbounded box)."""
     import math
@@ -146,7 +146,7 @@ class MinariData:
     def __init__(self, path: Path, key: str, *, rescale_actions: bool = False):
         self.path, self.key = path, key
         self.metadata = read_metadata(path, key)
-        self.rescaled_from = action_bounds(self.metadata, "dataset.rescale_actions") if rescale_actions else None
+        self.rescaled_from = bounds_to_rescale(self.metadata, "dataset.rescale_actions") if rescale_actions else None
 
     def env_table(self) -> dict[str, Any] | None:
         table = env_table(self.metadata)
