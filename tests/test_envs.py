@@ -3,6 +3,8 @@ restored, frozen), that TorchRL's road and the tensor road see the same numbers,
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import gymnasium as gym
 import pytest
@@ -16,8 +18,6 @@ from rlplug.run.evaluation import evaluate
 from rlplug.run.trainer import Run
 
 EPS = 1e-8
-# RescaleAction's bounds from TOML numbers are float64; gymnasium says so when it casts them
-pytestmark = pytest.mark.filterwarnings("ignore:.*precision lowered by casting:UserWarning")
 
 
 def make(**params):
@@ -395,3 +395,17 @@ def test_float64_observations_reach_the_networks_as_float32(tmp_path):
                                       "algorithm.learning_starts": 32, "algorithm.batch_size": 16,
                                       "eval.episodes": 1, "loggers": [{"use": "csv"}]})
     assert run.train()["status"] == "finished"
+
+
+def test_float_bounds_and_float64_observations_build_without_gymnasiums_precision_warnings():
+    """A recipe's TOML floats for RescaleAction's bounds, and MuJoCo's float64 observations cast to float32 by
+    rlplug, are nobody's mistake: gymnasium's "precision lowered" warnings are not shown for them (every MuJoCo
+    run began with two such lines)."""
+    pytest.importorskip("mujoco")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        make(id="Pendulum-v1", num_envs=2, wrappers=[{"name": "RescaleAction",
+                                                      "kwargs": {"min_action": -1.0, "max_action": 1.0}}])
+        hopper = make(id="Hopper-v5", num_envs=2)
+    assert hopper.observation_spec["observation"].dtype == torch.float32
+    assert not [w for w in caught if "precision lowered" in str(w.message)], [str(w.message) for w in caught]

@@ -203,8 +203,9 @@ def space_name(space: gym.Space) -> str:
 
 
 def wrapped(env: gym.Env, cls: type[gym.Wrapper], kwargs: Mapping[str, Any]) -> gym.Env:
-    """``env`` in a recipe's wrapper; gymnasium's warning that a bound lost precision is not shown: a recipe's
-    numbers are TOML floats (float64) and the env's Box float32, which is no fault of the user's."""
+    """``env`` in a recipe's wrapper or rlplug's own; gymnasium's warning that a bound lost precision is not
+    shown: a recipe's numbers are TOML floats (float64), MuJoCo's observations float64 made float32 for the
+    networks, neither the user's fault."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32")
         return cls(env, **kwargs)
@@ -302,10 +303,10 @@ def _shape_observations(env_id: str, flatten: bool, frame_stack: int,
                 raise UserError(f"{env_id}'s {space_name(space)} observation space cannot be flattened: "
                                 f"{one_line(error)}", path="env") from None
             if not np.issubdtype(env.observation_space.dtype, np.floating):
-                env = gym.wrappers.DtypeObservation(env, np.float32)
+                env = wrapped(env, gym.wrappers.DtypeObservation, {"dtype": np.float32})
         dtype = env.observation_space.dtype
         if np.issubdtype(dtype, np.floating) and dtype != np.float32:  # MuJoCo's float64: networks are float32
-            env = gym.wrappers.DtypeObservation(env, np.float32)
+            env = wrapped(env, gym.wrappers.DtypeObservation, {"dtype": np.float32})
         if indices is not None:
             env = _select(env, env_id, indices)
         if frame_stack > 1:
