@@ -155,3 +155,21 @@ def test_weights_trained_on_raw_observations_are_refused_by_a_normalising_recipe
                      "--set", "env.normalize_observations=running", "--set", "run.total_frames=256")
     one_line_error(result, "--init-from", "normalises observations and its env did not", "raw observations")
     assert not out.exists()
+
+
+def test_weights_of_an_env_acting_in_another_range_are_refused(tmp_path):
+    """A run whose env acts in [-1, 1] (gymnasium's RescaleAction, as ``dataset.rescale_actions`` gives an
+    offline run) continued on plain Pendulum-v1 ([-2, 2]) built and trained before, its critics reading actions
+    at twice the scale they learned: one line naming both ranges, no directory; the same wrapper is accepted."""
+    unit = 'env.wrappers=[{name="RescaleAction", kwargs={min_action=-1.0, max_action=1.0}}]'
+    short = ["--set", "run.total_frames=64", "--set", "algorithm.learning_starts=32", "--set",
+             "algorithm.batch_size=16", "--set", "eval.episodes=1", "--set", "eval.every_frames=0"]
+    recipe, source = str(ROOT / "recipes" / "pendulum-sac.toml"), tmp_path / "unit"
+    trained = run_cli("run", recipe, "--out", str(source), "--set", unit, *short)
+    assert trained.returncode == 0, trained.stderr
+    out = tmp_path / "plain"
+    one_line_error(run_cli("run", recipe, "--out", str(out), "--init-from", str(source), *short),
+                   "--init-from", "acted within [-1] to [1]", "acts within [-2] to [2]", "RescaleAction")
+    assert not out.exists()
+    same = run_cli("run", recipe, "--out", str(tmp_path / "same"), "--init-from", str(source), "--set", unit, *short)
+    assert same.returncode == 0, same.stderr

@@ -106,6 +106,27 @@ def optimiser_problem(ours: Any, theirs: Any, where: str = "") -> str | None:
     return None
 
 
+def bounds_problem(theirs: dict[str, torch.Tensor] | None, ours: dict[str, torch.Tensor] | None) -> str | None:
+    """Where the source's env acted in another continuous range than the new run's (a run trained with
+    ``dataset.rescale_actions`` acts in [-1, 1], the plain env in its own bounds): its policy and critics read
+    and give actions at that scale, so the weights would be used at the wrong one. None where they agree, or
+    where either is unknown (a checkpoint written before checkpoints kept the bounds, discrete actions)."""
+    if theirs is None or ours is None or theirs["low"].shape != ours["low"].shape:
+        return None  # shapes: the networks' check names the difference
+    tolerance = 1e-4 * (ours["high"] - ours["low"]).abs().clamp_min(1.0)
+    if bool(((theirs["low"] - ours["low"]).abs() <= tolerance).all()
+            and ((theirs["high"] - ours["high"]).abs() <= tolerance).all()):
+        return None
+
+    def shown(values: torch.Tensor) -> str:
+        return "[" + ", ".join(f"{float(v):.3g}" for v in values.reshape(-1)) + "]"
+
+    return (f"its env acted within {shown(theirs['low'])} to {shown(theirs['high'])} and this recipe's env acts "
+            f"within {shown(ours['low'])} to {shown(ours['high'])}, so its weights would act at another scale; "
+            f"give this recipe's env the source's range (for a run trained with dataset.rescale_actions, gymnasium's "
+            f"RescaleAction to [-1, 1] in env.wrappers)")
+
+
 def start_from(run, source: Source) -> None:
     """``run`` (just built, at frame 0) given ``source``'s weights, env statistics and preprocessor (and its
     optimiser state when asked); ``UserError`` naming the first entry whose shape differs."""
@@ -121,6 +142,9 @@ def start_from(run, source: Source) -> None:
         if problem:
             raise UserError(f"--init-optimiser {source.path}: {problem} than this recipe's algorithm.optimizer; "
                             f"leave out --init-optimiser for a fresh one")
+    problem = bounds_problem(source.state.get("action_bounds"), run.action_bounds_entry().get("action_bounds"))
+    if problem:
+        raise UserError(f"--init-from {source.path}: {problem}")
     statistics, current = source.state["env"], run.env_statistics()
     if not statistics and any("observation" in str(key) for key in current):  # fresh statistics: other inputs
         raise UserError(f"--init-from {source.path}: this recipe's env normalises observations and its env did not, "

@@ -23,6 +23,7 @@ import torch
 
 from rlplug.core.env_members import as_evaluation_env, close_env, env_statistics
 from rlplug.core.envs import build_env
+from rlplug.core.heads import action_bounds
 from rlplug.core.process import prepare_process, quiet_torchrl, seed_everything
 from rlplug.core.training import (
     NonFiniteError,
@@ -459,12 +460,20 @@ class Run:
                        "parameters": self.parameter_changes(),
                        "parameter_records": changes.recorded(self.run_dir),  # the lines of parameters.jsonl held
                        "env": self.env_statistics(),
+                       **self.action_bounds_entry(),
                        "frames": self.frames, "iterations": self.iterations,
                        "episodes": self.collector.tracker.episodes, "train_seconds": self.seconds_so_far(),
                        # the recent return goes on where a resume starts (summary.json's train_return_recent)
                        "recent_returns": [float(r) for r in getattr(self.collector.tracker, "recent", ())],
                        "rng": rng_state(), "saved_at": datetime.now(UTC).isoformat(),
                        **({"init_from": self.init_from} if self.init_from else {})})
+
+    def action_bounds_entry(self) -> dict[str, Any]:
+        """The env's continuous action bounds as a checkpoint keeps them (``action_bounds``: low, high), so that a
+        run started from it (``--init-from``) can refuse an env acting in another range; none for discrete or
+        unbounded actions."""
+        bounds = action_bounds(self.env.observation_spec, self.env.action_spec)
+        return {} if bounds is None else {"action_bounds": {"low": bounds[0].cpu(), "high": bounds[1].cpu()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a checkpoint: the same parameters, optimiser, statistics, counters and random
