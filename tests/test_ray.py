@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import pickle
+import re
 import subprocess
 import sys
 import threading
@@ -257,6 +258,8 @@ def test_the_command_line_run_starts_and_stops_its_own_ray(tmp_path):
     result = run_cli("run", str(CANONICAL), "--set", "runner.use=ray", "--set", "runner.workers=2",
                      "--set", "run.total_frames=4096", "--set", "eval.every_frames=0", "--out", str(out), timeout=180)
     assert result.returncode == 0, result.stderr[-2000:]
+    # no line of Ray's logging reaches the console (its note that token authentication is on came at every start)
+    assert not re.search(r"^\S+ \S+\s+(WARNING|ERROR) ", result.stdout + result.stderr, re.MULTILINE), result.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["frames"] >= 4096
     assert "rlplug:ray" in (out / "recipe.toml").read_text()

@@ -29,6 +29,15 @@ def lost_errors() -> tuple[type[Exception], ...]:
     return exceptions.RayActorError, exceptions.ObjectLostError, exceptions.NodeDiedError
 
 
+#: Where Ray logs, at each local instance it starts, that it turned token authentication on by itself: true of a
+#: run's own instance too, and nothing for the user to do, so the line is not shown (Ray's other log lines are).
+TOKEN_NOTE_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+def without_token_note(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("Token authentication is enabled for this Ray cluster")
+
+
 def connect_ray(runner) -> bool:
     """Connect to the runner's Ray cluster, or start a local instance; True when this call started Ray.
 
@@ -45,6 +54,7 @@ def connect_ray(runner) -> bool:
         # logical CPUs for the workers asked for, even on a smaller machine (oversubscribed rather than stuck)
         needed = math.ceil(sum(options["num_cpus"] * count for _, count, options, _ in actor_groups(runner)))
         check_local_processes(runner)
+        logging.getLogger(TOKEN_NOTE_LOGGER).addFilter(without_token_note)
         try:
             ray.init(address="local", num_cpus=max(os.cpu_count() or 1, needed), **options)
         except Exception as error:  # "The current node timed out during startup", a temp dir it cannot use...
