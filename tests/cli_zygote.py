@@ -22,6 +22,7 @@ import json
 import os
 import runpy
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -29,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from pathlib import Path
 
 #: What the server imports before forking: the libraries every training run imports.
@@ -192,6 +194,61 @@ def run(address: str, args: list[str], cwd: Path, env: dict[str, str], timeout: 
             raise RuntimeError(f"the command-line server ended before its run did (its log: {address}.log)")
         command = [sys.executable, "-m", "rlplug", *args]
         return subprocess.CompletedProcess(command, int(status), read(stdout), read(stderr))
+
+
+class Started:
+    """What ``subprocess.Popen([python, "-m", "rlplug", *args], stdout=PIPE, stderr=PIPE, text=True)`` gives a
+    test that starts a run in the background (``pid``, ``poll``, ``wait``, ``communicate``, ``send_signal``,
+    ``terminate``, ``kill``, ``returncode``), for a fork of the server at ``address``: its exit status comes
+    from the server, its output from files (which, unlike pipes, never fill up and stop the run)."""
+
+    def __init__(self, address: str, args: list[str], cwd: Path, env: dict[str, str]):
+        self.args = [sys.executable, "-m", "rlplug", *args]
+        folder = Path(tempfile.mkdtemp(prefix="rlplug-started-"))
+        weakref.finalize(self, shutil.rmtree, folder, True)
+        self.stdout_path, self.stderr_path = folder / "stdout", folder / "stderr"
+        request = {"args": args, "cwd": str(cwd), "env": env, "stdout": str(self.stdout_path),
+                   "stderr": str(self.stderr_path)}
+        self.connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.connection.connect(address)
+        self.connection.sendall((json.dumps(request) + "\n").encode())
+        self.pid = int(answer(self.connection, None))
+        self.returncode: int | None = None
+
+    def ended(self, line: str) -> int:
+        if not line:
+            raise RuntimeError("the command-line server ended before its run did")
+        self.returncode = int(line)
+        self.connection.close()
+        return self.returncode
+
+    def poll(self) -> int | None:
+        if self.returncode is None and select.select([self.connection], [], [], 0)[0]:
+            self.ended(answer(self.connection, None))
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            try:
+                self.ended(answer(self.connection, timeout))
+            except TimeoutError:
+                raise subprocess.TimeoutExpired(self.args, timeout) from None
+        assert self.returncode is not None
+        return self.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        self.wait(timeout)
+        return read(self.stdout_path), read(self.stderr_path)
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:
+            os.kill(self.pid, signum)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
 
 def answer(connection: socket.socket, timeout: float | None) -> str:

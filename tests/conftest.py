@@ -61,9 +61,14 @@ def wait_for(path: Path, process: subprocess.Popen, timeout: float = 120) -> Non
         time.sleep(0.02)
 
 
-def start_cli(*args: str, env: dict | None = None) -> subprocess.Popen:
-    """:func:`run_cli` started, not waited for: stdout and stderr are pipes, read by ``communicate``."""
-    return subprocess.Popen([sys.executable, "-m", "rlplug", *args], cwd=ROOT, env=cli_environment(env),
+def start_cli(*args: str, env: dict | None = None) -> subprocess.Popen | cli_zygote.Started:
+    """:func:`run_cli` started, not waited for: stdout and stderr are read by ``communicate``; a fork of the
+    :mod:`cli_zygote` server where :func:`run_cli` would take one (``Started``, which answers as ``Popen``)."""
+    environment = cli_environment(env)
+    zygote = None if "RLPLUG_TEST_PLAIN_SUBPROCESS" in environment else cli_zygote.ZYGOTE.address(environment)
+    if zygote is not None:
+        return cli_zygote.Started(zygote, list(args), ROOT, environment)
+    return subprocess.Popen([sys.executable, "-m", "rlplug", *args], cwd=ROOT, env=environment,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

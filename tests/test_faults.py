@@ -49,7 +49,7 @@ def rewritten(path: Path, change) -> None:
 
 def assert_refused_by_resume_and_eval(run_dir: Path, *fragments: str, env: dict | None = None) -> None:
     for command in ("resume", "eval"):
-        assert_user_error(cli_with(command, str(run_dir), extra_env=env), str(run_dir / "checkpoint.pt"), *fragments)
+        assert_user_error(run_cli(command, str(run_dir), env=env), str(run_dir / "checkpoint.pt"), *fragments)
 
 
 def test_a_flipped_byte_of_tensor_data_is_refused(run_dir):

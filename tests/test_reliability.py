@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import pickle
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,7 +16,7 @@ import pytest
 import torch
 
 import rlplug
-from conftest import CANONICAL, ROOT, run_cli, wait_for
+from conftest import CANONICAL, ROOT, run_cli, start_cli, wait_for
 
 #: A small run that checkpoints often, with running statistics to restore too.
 SMALL = ["--set", "run.total_frames=12288", "--set", "run.checkpoint_every_frames=2048", "--set", "eval.every_frames=0",
@@ -30,10 +27,8 @@ SMALL = ["--set", "run.total_frames=12288", "--set", "run.checkpoint_every_frame
 pytestmark = pytest.mark.slow
 
 
-def start(out: Path, *extra: str) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RLPLUG_")}
-    return subprocess.Popen([sys.executable, "-m", "rlplug", "run", str(CANONICAL), "--out", str(out), *SMALL, *extra],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def start(out: Path, *extra: str):
+    return start_cli("run", str(CANONICAL), "--out", str(out), *SMALL, *extra)
 
 
 def final_parameters(run_dir: Path) -> dict[str, torch.Tensor]:
