@@ -176,14 +176,20 @@ def field_comments(cls: type) -> dict[str, str]:
     """The ``#:`` comment above each field of ``cls`` and of its bases (the nearest class's wins)."""
     found: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
-        if klass is object:
-            continue
-        try:
-            source = inspect.getsource(klass)
-        except Exception:  # no source (built in, frozen, __main__ in a REPL): documentation is best effort
-            continue
-        found.update(comments_in(_class_body(source)))
+        if klass is not object:
+            found.update(_own_field_comments(klass))
     return found
+
+
+@functools.cache
+def _own_field_comments(klass: type) -> dict[str, str]:
+    """One class's own ``#:`` comments, read once: ``inspect.getsource`` parses the class's whole module each
+    time (typing's, for every protocol's ``Protocol`` and ``Generic`` bases)."""
+    try:
+        source = inspect.getsource(klass)
+    except Exception:  # no source (built in, frozen, __main__ in a REPL): documentation is best effort
+        return {}
+    return comments_in(_class_body(source))
 
 
 def _class_body(source: str) -> list[str]:
