@@ -111,6 +111,49 @@ def test_a_signal_stops_with_a_checkpoint_and_says_how_to_resume(tmp_path, sig, 
     assert state["frames"] == summary["frames"] > 0
 
 
+@pytest.mark.parametrize("signals, window, stops_at_once", [
+    ([signal.SIGTERM, signal.SIGTERM], None, False),  # delivered twice: pkill or a scheduler, and rlplug bench
+    ([signal.SIGTERM, signal.SIGTERM], 0.0, True),  # sent again once the window has passed
+    ([signal.SIGINT, signal.SIGINT], None, True),  # Ctrl-C twice
+], ids=["sigterm-twice-at-once", "sigterm-again-later", "sigint-twice"])
+def test_a_second_signal_stops_at_once_but_a_sigterm_delivered_twice_keeps_the_checkpoint(
+        tmp_path, monkeypatch, signals, window, stops_at_once):
+    """``rlplug bench --jobs`` stopped by ``pkill -f "rlplug bench"`` (its runs got the SIGTERM from pkill and
+    again from the bench) lost a run's progress since its last checkpoint: the second SIGTERM stopped it at
+    once. Both signals reach the run here during its first collection, one right after the other."""
+    import os
+
+    from rlplug import recipe as recipes
+    from rlplug.run import start
+    from rlplug.run.trainer import Run
+
+    if window is not None:
+        monkeypatch.setattr(start, "REPEATED_SIGTERM_S", window)
+    out = tmp_path / "run"
+    run = Run.build(recipes.load(CANONICAL, ["run.total_frames=2048", "eval.episodes=1"]), out)
+    collect = run.collector.collect
+
+    def signalled_then_collected():
+        for sig in signals:
+            os.kill(os.getpid(), sig)  # Python runs each handler before the next line
+        run.collector.collect = collect
+        return collect()
+
+    run.collector.collect = signalled_then_collected
+    if stops_at_once:
+        with pytest.raises(KeyboardInterrupt):
+            start.until_done_or_stopped(run)
+        return
+    try:
+        status = start.until_done_or_stopped(run)
+    except KeyboardInterrupt:  # not let through: pytest would take it for the user's and end the session
+        pytest.fail("the SIGTERM delivered twice stopped the run at once, without its checkpoint")
+    assert status == 143
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["signal"] == "SIGTERM"
+    assert torch.load(out / "checkpoint.pt", weights_only=True)["frames"] == summary["frames"]
+
+
 def test_checkpoints_keep_the_last_k_and_never_leave_temporary_files(tmp_path):
     out = tmp_path / "run"
     result = run_cli("run", str(CANONICAL), "--out", str(out), *SMALL, "--set", "run.keep_checkpoints=2")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import overload
@@ -130,16 +131,28 @@ def train_to_end(target: Trainable) -> int:
     return 0
 
 
+#: Seconds within which a second SIGTERM is the first one delivered again, not a request to stop at once: a
+#: batch scheduler or ``pkill`` that signals every process of a tree, and ``rlplug bench --jobs`` handing the
+#: signal on to its runs, deliver it twice, and the second one cut the checkpoint short.
+REPEATED_SIGTERM_S = 5.0
+
+
 def until_done_or_stopped(run: Run | BatchedRun) -> int:
-    """Train; SIGINT or SIGTERM stop it after the current gradient step with a checkpoint (a second one at once);
-    the run is closed however it ends."""
+    """Train; SIGINT or SIGTERM stop it after the current gradient step with a checkpoint (a second one at once,
+    but for a SIGTERM repeated within :data:`REPEATED_SIGTERM_S`); the run is closed however it ends."""
+    first: list[float] = []  # when the first signal came
+
     def stop(signum, frame):
         name = signal.Signals(signum).name
         if run.stop_reason is not None:
+            if first and signum == signal.SIGTERM and time.monotonic() - first[0] < REPEATED_SIGTERM_S:
+                return  # the same request again: the run is stopping already
             raise KeyboardInterrupt
+        first.append(time.monotonic())
         run.request_stop(name)
-        print(f"rlplug: {name}: stopping after this gradient step and writing a checkpoint "
-              f"(send it again to stop at once)", file=sys.stderr, flush=True)
+        again = "send it again" if signum != signal.SIGTERM else f"send it again after {REPEATED_SIGTERM_S:g} s"
+        print(f"rlplug: {name}: stopping after this gradient step and writing a checkpoint ({again} to stop at "
+              f"once)", file=sys.stderr, flush=True)
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     print(f"run directory: {run.run_dir}", flush=True)  # now, not only at the end: where to look while it trains
