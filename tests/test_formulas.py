@@ -224,3 +224,14 @@ def test_run_with_four_seeds_writes_the_iqm_of_their_returns_to_aggregate_json(t
     assert aggregate["seeds"] == {str(seed): value for seed, value in PLANTED.items()}
     assert aggregate["iqm"] == pytest.approx(25.0)
     assert aggregate["mean"] == pytest.approx(265.0)
+
+
+def test_a_checkpoints_digest_reads_an_expanded_tensor_as_its_values():
+    """A TorchRL env's action bounds can be one number expanded to the action's shape (stride 0), which
+    ``digest`` could not view as bytes: every checkpoint of such a run failed once checkpoints kept the bounds."""
+    from rlplug.run.checkpoints import digest
+
+    expanded = torch.tensor(2.0).expand(1)
+    assert expanded.stride() == (0,)
+    assert digest({"low": expanded}) == digest({"low": torch.tensor([2.0])})
+    assert digest({"low": expanded}) != digest({"low": torch.tensor([2.5])})

@@ -44,7 +44,10 @@ def digest(state: dict[str, Any]) -> str:
         if isinstance(value, torch.Tensor):
             tensor = value.detach().cpu().contiguous()
             sha.update(f"{tensor.dtype}{tuple(tensor.shape)}".encode())
-            sha.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+            flat = tensor.reshape(-1)
+            if flat.numel() and flat.stride(-1) != 1:  # a size-1 dim expanded (stride 0) counts as contiguous
+                flat = flat.clone(memory_format=torch.contiguous_format)
+            sha.update(flat.view(torch.uint8).numpy().tobytes())
         elif isinstance(value, dict):
             pending.extend(reversed(value.items()))
         elif isinstance(value, (list, tuple)):
