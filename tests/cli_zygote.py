@@ -177,23 +177,15 @@ def run(address: str, args: list[str], cwd: Path, env: dict[str, str], timeout: 
     """What ``subprocess.run([python, "-m", "rlplug", *args], capture_output=True, text=True)`` returns,
     the process forked by the server at ``address``; past ``timeout`` it is killed and ``TimeoutExpired``
     raised, as ``subprocess.run`` does."""
-    with tempfile.TemporaryDirectory(prefix="rlplug-run-") as folder:
-        stdout, stderr = Path(folder) / "stdout", Path(folder) / "stderr"
-        request = {"args": args, "cwd": str(cwd), "env": env, "stdout": str(stdout), "stderr": str(stderr)}
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
-            connection.connect(address)
-            connection.sendall((json.dumps(request) + "\n").encode())
-            pid = int(answer(connection, None))
-            try:
-                status = answer(connection, timeout)
-            except TimeoutError:
-                os.kill(pid, signal.SIGKILL)
-                answer(connection, None)
-                raise subprocess.TimeoutExpired(["rlplug", *args], timeout, read(stdout), read(stderr)) from None
-        if not status:
-            raise RuntimeError(f"the command-line server ended before its run did (its log: {address}.log)")
-        command = [sys.executable, "-m", "rlplug", *args]
-        return subprocess.CompletedProcess(command, int(status), read(stdout), read(stderr))
+    started = Started(address, args, cwd, env)
+    try:
+        started.wait(timeout)
+    except subprocess.TimeoutExpired:
+        started.kill()
+        stdout, stderr = started.communicate()
+        raise subprocess.TimeoutExpired(started.args, timeout, stdout, stderr) from None
+    stdout, stderr = started.communicate()
+    return subprocess.CompletedProcess(started.args, started.wait(), stdout, stderr)
 
 
 class Started:
@@ -203,7 +195,7 @@ class Started:
     from the server, its output from files (which, unlike pipes, never fill up and stop the run)."""
 
     def __init__(self, address: str, args: list[str], cwd: Path, env: dict[str, str]):
-        self.args = [sys.executable, "-m", "rlplug", *args]
+        self.args, self.address = [sys.executable, "-m", "rlplug", *args], address
         folder = Path(tempfile.mkdtemp(prefix="rlplug-started-"))
         weakref.finalize(self, shutil.rmtree, folder, True)
         self.stdout_path, self.stderr_path = folder / "stdout", folder / "stderr"
@@ -217,7 +209,7 @@ class Started:
 
     def ended(self, line: str) -> int:
         if not line:
-            raise RuntimeError("the command-line server ended before its run did")
+            raise RuntimeError(f"the command-line server ended before its run did (its log: {self.address}.log)")
         self.returncode = int(line)
         self.connection.close()
         return self.returncode

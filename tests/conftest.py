@@ -43,13 +43,20 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 300) -> subpro
     compiles (``run.compile=true``).
     """
     environment = cli_environment(env)
-    # torch.compile in a fork of the server once ran past its 300 s in CI (cause not found): a plain process
-    plain = "RLPLUG_TEST_PLAIN_SUBPROCESS" in environment or any("compile=true" in arg for arg in args)
-    zygote = None if plain else cli_zygote.ZYGOTE.address(environment)
+    zygote = server_for(args, environment)
     if zygote is None:
         return subprocess.run([sys.executable, "-m", "rlplug", *args], cwd=ROOT, env=environment,
                               capture_output=True, text=True, timeout=timeout)
     return cli_zygote.run(zygote, list(args), ROOT, environment, timeout)
+
+
+def server_for(args: tuple[str, ...], environment: dict) -> str | None:
+    """The :mod:`cli_zygote` server's address for ``python -m rlplug ARGS`` in ``environment``, or None for a
+    plain process: where the server is off (``RLPLUG_TEST_PLAIN_SUBPROCESS``), or the run compiles (torch.compile
+    in a fork of the server once ran past its 300 s in CI, cause not found)."""
+    if "RLPLUG_TEST_PLAIN_SUBPROCESS" in environment or any("compile=true" in arg for arg in args):
+        return None
+    return cli_zygote.ZYGOTE.address(environment)
 
 
 def wait_for(path: Path, process: subprocess.Popen, timeout: float = 120) -> None:
@@ -65,7 +72,7 @@ def start_cli(*args: str, env: dict | None = None) -> subprocess.Popen | cli_zyg
     """:func:`run_cli` started, not waited for: stdout and stderr are read by ``communicate``; a fork of the
     :mod:`cli_zygote` server where :func:`run_cli` would take one (``Started``, which answers as ``Popen``)."""
     environment = cli_environment(env)
-    zygote = None if "RLPLUG_TEST_PLAIN_SUBPROCESS" in environment else cli_zygote.ZYGOTE.address(environment)
+    zygote = server_for(args, environment)
     if zygote is not None:
         return cli_zygote.Started(zygote, list(args), ROOT, environment)
     return subprocess.Popen([sys.executable, "-m", "rlplug", *args], cwd=ROOT, env=environment,

@@ -26,13 +26,13 @@ from test_reliability import wait_for
 #: Whole runs and subprocesses: the full suite's, not the fast tier's.
 pytestmark = pytest.mark.slow
 
-def cli_with(*args: str, file_size: int | None = None, extra_env: dict | None = None) -> subprocess.CompletedProcess:
+def cli_with(*args: str, file_size: int | None = None) -> subprocess.CompletedProcess:
     """``python -m rlplug ARGS``; ``file_size``: no file may grow beyond that many bytes (writes fail EFBIG)."""
     def limit():
         if file_size is not None:
             resource.setrlimit(resource.RLIMIT_FSIZE, (file_size, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
 
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("RLPLUG_")}, **(extra_env or {})}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLPLUG_")}
     return subprocess.run([sys.executable, "-m", "rlplug", *args], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=300, preexec_fn=limit)
 
