@@ -106,6 +106,11 @@ def did_you_mean(word: str, candidates: Iterable[str]) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
+def numbers(values: Iterable[float]) -> str:
+    """Numbers as a message shows them, three significant digits each: ``[-2, 2]``."""
+    return "[" + ", ".join(f"{float(v):.3g}" for v in values) + "]"
+
+
 def plural(noun: str) -> str:
     """The noun's plural: 'envs', 'losses'."""
     return f"{noun}es" if noun.endswith(("s", "sh", "ch", "x")) else f"{noun}s"

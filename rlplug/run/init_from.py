@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from rlplug.errors import UserError
+from rlplug.errors import UserError, numbers
 from rlplug.recipe import Recipe
 from rlplug.run.checkpoints import check_statistics, entries, load_checkpoint
 
@@ -119,7 +119,7 @@ def bounds_problem(theirs: dict[str, torch.Tensor] | None, ours: dict[str, torch
         return None
 
     def shown(values: torch.Tensor) -> str:
-        return "[" + ", ".join(f"{float(v):.3g}" for v in values.reshape(-1)) + "]"
+        return numbers(values.reshape(-1).tolist())
 
     return (f"its env acted within {shown(theirs['low'])} to {shown(theirs['high'])} and this recipe's env acts "
             f"within {shown(ours['low'])} to {shown(ours['high'])}, so its weights would act at another scale; "

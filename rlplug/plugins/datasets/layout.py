@@ -8,7 +8,7 @@ import torch
 from tensordict import TensorDictBase
 
 from rlplug.core.heads import action_bounds
-from rlplug.errors import UserError
+from rlplug.errors import UserError, numbers
 from rlplug.networks import observation_key
 
 
@@ -57,7 +57,7 @@ def refuse_actions_out_of_bounds(action: torch.Tensor, observation_spec, action_
     slack = 1e-3 * (high - low)
     if bool(((action < low - slack) | (action > high + slack)).any()):
         def shown(values: torch.Tensor) -> str:
-            return "[" + ", ".join(f"{float(v):.3g}" for v in values) + "]"
+            return numbers(values.reshape(-1).tolist())
 
         unit = bool((low == -1).all() and (high == 1).all())
         remedy = ("dataset.rescale_actions = true maps them onto [-1, 1]" if unit and path == "dataset" else
