@@ -124,11 +124,12 @@ def test_a_second_signal_stops_at_once_but_a_sigterm_delivered_twice_keeps_the_c
     import os
 
     from rlplug import recipe as recipes
+    from rlplug.run import signals as signal_rules
     from rlplug.run import start
     from rlplug.run.trainer import Run
 
     if window is not None:
-        monkeypatch.setattr(start, "REPEATED_SIGTERM_S", window)
+        monkeypatch.setattr(signal_rules, "REPEATED_SIGTERM_S", window)
     out = tmp_path / "run"
     run = Run.build(recipes.load(CANONICAL, ["run.total_frames=2048", "eval.episodes=1"]), out)
     collect = run.collector.collect
@@ -152,6 +153,32 @@ def test_a_second_signal_stops_at_once_but_a_sigterm_delivered_twice_keeps_the_c
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["signal"] == "SIGTERM"
     assert torch.load(out / "checkpoint.pt", weights_only=True)["frames"] == summary["frames"]
+
+
+@pytest.mark.parametrize("signals, window, stops_at_once", [
+    ([signal.SIGTERM, signal.SIGTERM], None, False),
+    ([signal.SIGTERM, signal.SIGTERM], 0.0, True),
+    ([signal.SIGINT, signal.SIGINT], None, True),
+], ids=["sigterm-twice-at-once", "sigterm-again-later", "sigint-twice"])
+def test_the_bench_between_runs_reads_a_second_signal_as_a_run_does(monkeypatch, signals, window, stops_at_once):
+    """The bench's own handler (between runs, and ``--jobs`` handing a signal on) took any second signal for
+    "stop at once", so ``pkill -f "rlplug bench"`` twice cut the bench short while it built the next run."""
+    import os
+
+    from rlplug.run import bench
+    from rlplug.run import signals as signal_rules
+
+    if window is not None:
+        monkeypatch.setattr(signal_rules, "REPEATED_SIGTERM_S", window)
+    with bench.between_runs().installed() as stop:
+        try:
+            for sig in signals:
+                os.kill(os.getpid(), sig)
+        except KeyboardInterrupt:
+            assert stops_at_once, "a SIGTERM delivered twice stopped the bench at once"
+        else:
+            assert not stops_at_once, "a second signal did not stop the bench at once"
+    assert stop.signal == signals[0].name
 
 
 def test_checkpoints_keep_the_last_k_and_never_leave_temporary_files(tmp_path):

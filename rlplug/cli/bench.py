@@ -64,7 +64,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.unit is not None:
         unit = bench.unit_by_key(suite.entries, out, args.unit)
         bench.stop_when_orphaned(os.getppid())
-        with bench.Stop().installed() as stop:
+        with bench.between_runs().installed() as stop:
             return bench.train_unit(unit, out, stop, say)
     units = bench.plan(entries, out)
     seeds = sum(len(entry.seeds) for entry in entries)

@@ -24,17 +24,15 @@ bootstrap interval. The ratio to the reference is :func:`ratio`.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import tomllib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,6 +43,7 @@ from rlplug.errors import UserError, did_you_mean
 from rlplug.registry.docs import inline_toml
 from rlplug.run.directory import BATCHED_MARKER, write_atomically
 from rlplug.run.resuming import changeable, differences, lookup, named
+from rlplug.run.signals import SIGNAL_EXIT, StopOnSignal
 
 SUITE_KEYS = ("entry", "description")
 ENTRY_KEYS = ("recipe", "seeds", "frames", "set", "reference", "name")
@@ -58,8 +57,6 @@ RATIO_MEANING = ("ratio = 1 + (IQM - reference) / |reference|: IQM / reference f
                  "reference of 0. It is linear in the returns, so the interval of the IQM maps onto it")
 #: The files a bench writes in DIR beside runs/.
 REPORT_JSON, REPORT_MD, REPORT_PNG, LOGS = "report.json", "report.md", "report.png", "logs"
-#: Exit statuses after a stop by signal, as shells report them (and as rlplug run exits).
-SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}
 
 
 # -- the suite ------------------------------------------------------------------------------------------------
@@ -471,28 +468,10 @@ def duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-class Stop:
+def between_runs() -> StopOnSignal:
     """A signal received while no run is training (between runs, or while one is built): the bench stops before
     the next training; during training the run's own handler stops it with a checkpoint."""
-
-    def __init__(self, doing: str = "stopping before the next run") -> None:
-        self.signal: str | None = None
-        self.doing = doing
-
-    def __call__(self, signum, frame) -> None:
-        if self.signal is not None:
-            raise KeyboardInterrupt
-        self.signal = signal.Signals(signum).name
-        print(f"rlplug: {self.signal}: {self.doing}", file=sys.stderr, flush=True)
-
-    @contextlib.contextmanager
-    def installed(self) -> Iterator[Stop]:
-        previous = {sig: signal.signal(sig, self) for sig in (signal.SIGINT, signal.SIGTERM)}
-        try:
-            yield self
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+    return StopOnSignal("stopping before the next run")
 
 
 def stop_when_orphaned(parent: int, every: float = 1.0) -> None:
@@ -508,7 +487,7 @@ def stop_when_orphaned(parent: int, every: float = 1.0) -> None:
     threading.Thread(target=watch, name="bench-parent-watch", daemon=True).start()
 
 
-def train_unit(unit: Unit, out: Path, stop: Stop, say: Callable[[str], None]) -> int:
+def train_unit(unit: Unit, out: Path, stop: StopOnSignal, say: Callable[[str], None]) -> int:
     """Train ``unit`` in this process to its entry's frames; 0 when done (a seed that diverged included), else
     the exit status of a stop by signal (the run keeps its checkpoint, and resumes on the next call)."""
     from rlplug.core.stacked import RETRY
@@ -551,7 +530,7 @@ def train_unit(unit: Unit, out: Path, stop: Stop, say: Callable[[str], None]) ->
         return 0
 
 
-def each_alone(unit: Unit, out: Path, stop: Stop, say: Callable[[str], None], *, resume: bool) -> int:
+def each_alone(unit: Unit, out: Path, stop: StopOnSignal, say: Callable[[str], None], *, resume: bool) -> int:
     for seed in unit.seeds:
         if stop.signal is not None:
             return SIGNAL_EXIT.get(stop.signal, 1)
@@ -594,7 +573,7 @@ def train(units: Sequence[Unit], out: Path, *, jobs: int = 1, command: Callable[
         assert command is not None, "worker processes run a command"
         return train_in_processes(units, out, jobs, command, progress)
     outcome = Outcome()
-    with Stop().installed() as stop:
+    with between_runs().installed() as stop:
         for unit in units:
             if unit.entry.name in outcome.failed:
                 continue
@@ -624,7 +603,7 @@ def train_in_processes(units: Sequence[Unit], out: Path, jobs: int, command: Cal
     (out / LOGS).mkdir(parents=True, exist_ok=True)
     for unit in units:
         unit.entry.folder(out).mkdir(parents=True, exist_ok=True)
-    with Stop("handing it on to the runs under way, which stop with a checkpoint").installed() as stop:
+    with StopOnSignal("handing it on to the runs under way, which stop with a checkpoint").installed() as stop:
         handed_on = False
         while pending or running:
             while stop.signal is None and pending and len(running) < jobs:

@@ -6,9 +6,7 @@ is the exit status) after :func:`build` or :func:`reopen`."""
 
 from __future__ import annotations
 
-import signal
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import overload
@@ -19,13 +17,12 @@ from rlplug.run.batched import BatchedRun
 from rlplug.run.directory import BATCHED_MARKER, check_run_dir, remedy
 from rlplug.run.init_from import Source, start_from
 from rlplug.run.seeds import SeedRuns, final_return, write_aggregate
+from rlplug.run.signals import SIGNAL_EXIT, StopOnSignal
 from rlplug.run.trainer import Run
 
 #: what :func:`build` and :func:`reopen` give: one run, seeds together, or seeds in turn
 Trainable = Run | BatchedRun | SeedRuns
 
-#: Exit statuses after a stop by signal, as shells report them.
-SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}
 
 
 @overload
@@ -131,41 +128,18 @@ def train_to_end(target: Trainable) -> int:
     return 0
 
 
-#: Seconds within which a second SIGTERM is the first one delivered again, not a request to stop at once: a
-#: batch scheduler or ``pkill`` that signals every process of a tree, and ``rlplug bench --jobs`` handing the
-#: signal on to its runs, deliver it twice, and the second one cut the checkpoint short.
-REPEATED_SIGTERM_S = 5.0
-
-
 def until_done_or_stopped(run: Run | BatchedRun) -> int:
     """Train; SIGINT or SIGTERM stop it after the current gradient step with a checkpoint (a second one at once,
-    but for a SIGTERM repeated within :data:`REPEATED_SIGTERM_S`); the run is closed however it ends."""
-    first: list[float] = []  # when the first signal came
-
-    def stop(signum, frame):
-        name = signal.Signals(signum).name
-        if run.stop_reason is not None:
-            if first and signum == signal.SIGTERM and time.monotonic() - first[0] < REPEATED_SIGTERM_S:
-                return  # the same request again: the run is stopping already
-            raise KeyboardInterrupt
-        first.append(time.monotonic())
-        run.request_stop(name)
-        again = "send it again" if signum != signal.SIGTERM else f"send it again after {REPEATED_SIGTERM_S:g} s"
-        print(f"rlplug: {name}: stopping after this gradient step and writing a checkpoint ({again} to stop at "
-              f"once)", file=sys.stderr, flush=True)
-
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    print(f"run directory: {run.run_dir}", flush=True)  # now, not only at the end: where to look while it trains
-    try:
-        summary = run.train()
-    except OSError as error:  # a full disk, say: what, where, and how to go on
-        raise stopped_by(error, run) from error
-    finally:
+    as :class:`~rlplug.run.signals.StopOnSignal` reads signals); the run is closed however it ends."""
+    stop = StopOnSignal("stopping after this gradient step and writing a checkpoint", on_first=run.request_stop)
+    with stop.installed():
+        print(f"run directory: {run.run_dir}", flush=True)  # now, not only at the end: where to look while it trains
         try:
-            run.close()  # envs' worker processes end with the run, however it ends
+            summary = run.train()
+        except OSError as error:  # a full disk, say: what, where, and how to go on
+            raise stopped_by(error, run) from error
         finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+            run.close()  # envs' worker processes end with the run, however it ends
     print(f"run directory: {run.run_dir}")
     if summary["status"] == "stopped":  # by a callback, as the recipe asked
         print(f"stopped by {summary['stopped_by']} at frame {run.frames}; continue with: python -m rlplug resume "
