@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,8 +71,9 @@ def main() -> int:
     lines = []
     if args.markdown:
         lines += [f"`python benchmarks/checkouts.py {' '.join(sys.argv[1:])}`, "
-                  f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.processor() or platform.machine()}, "
-                  f"{os.cpu_count()} cores; before {commit_of(sides['before'][0])}, after {commit_of(sides['after'][0])}", "",
+                  f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.processor() or platform.machine()}, "
+                  f"{os.cpu_count()} cores; before {commit_of(sides['before'][0])}, "
+                  f"after {commit_of(sides['after'][0])}", "",
                   "| side | wall s median (min-max) | train s median | eval returns |", "| --- | --- | --- | --- |"]
     for name, runs in results.items():
         walls = [r["wall_s"] for r in runs]

@@ -69,7 +69,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    print(f"{'envs':>5} {'rlplug fps':>12} {'gymnasium fps':>14} {'ratio':>7}  (medians of {args.rounds} alternating rounds)")
+    print(f"{'envs':>5} {'rlplug fps':>12} {'gymnasium fps':>14} {'ratio':>7}  "
+          f"(medians of {args.rounds} alternating rounds)")
     for num_envs in args.envs:
         ours, theirs = [], []
         for _ in range(args.rounds):

@@ -22,8 +22,6 @@ import time
 import tomllib
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = {"halfcheetah": ROOT / "recipes" / "halfcheetah-ppo.toml", "breakout": ROOT / "recipes" / "breakout-ppo.toml"}
 

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,7 +67,7 @@ def main() -> None:
     sets = "".join(f" --set {override}" for override in args.set)
     print(f"python benchmarks/recipes.py --recipes {' '.join(args.recipes)} --seeds {' '.join(map(str, args.seeds))}"
           f"{sets}")
-    print(f"date (UTC) {datetime.now(timezone.utc):%Y-%m-%d %H:%M}\n")
+    print(f"date (UTC) {datetime.now(UTC):%Y-%m-%d %H:%M}\n")
     print("| recipe | frames | eval return by seed | median | threshold | all seeds | wall s (median) | published |")
     print("|---|---|---|---|---|---|---|---|")
     failed = False

@@ -8,6 +8,7 @@ alternating in rounds (the machine is shared: read the ratios).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import tempfile
@@ -58,8 +59,8 @@ def main() -> None:
         times: dict[str, dict[str, list[float]]] = {name: {"extend": [], "sample": []} for name in buffers}
         for _ in range(args.rounds):
             for name, buffer in buffers.items():
-                times[name]["extend"].append(per_call_us(lambda: buffer.extend(data), args.calls))
-                times[name]["sample"].append(per_call_us(lambda: buffer.sample(256), args.calls))
+                times[name]["extend"].append(per_call_us(functools.partial(buffer.extend, data), args.calls))
+                times[name]["sample"].append(per_call_us(functools.partial(buffer.sample, 256), args.calls))
     print("| call | rlplug us | torchrl us | rlplug / torchrl |")
     print("|---|---|---|---|")
     for call in ("extend", "sample"):

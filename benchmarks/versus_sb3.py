@@ -286,7 +286,7 @@ def machine_lines() -> list[str]:
         for name in ("rlplug", "torch", "torchrl", "tensordict", "stable-baselines3", "gymnasium")
     )
     return [
-        f"- Date (UTC): {dt.datetime.now(dt.timezone.utc).strftime('%Y-%m-%d %H:%M')}",
+        f"- Date (UTC): {dt.datetime.now(dt.UTC).strftime('%Y-%m-%d %H:%M')}",
         f"- Machine: nproc {cores}, {cpu_model()}, {platform.system()} {platform.release()}",
         f"- Python {platform.python_version()}; {versions}",
     ]
@@ -353,7 +353,8 @@ def main(argv: list[str] | None = None) -> int:
             log(f"[{index}/{len(schedule)}] {system} seed={seed} repeat={repeat} ...")
             result = run_one(system, seed, repeat, args, work_dir)
             if result.ok:
-                log(f"    {result.wall_s:.1f} s wall, {result.cpu_s:.1f} s CPU, {result.peak_rss_mib:.0f} MiB peak RSS, "
+                log(f"    {result.wall_s:.1f} s wall, {result.cpu_s:.1f} s CPU, "
+                    f"{result.peak_rss_mib:.0f} MiB peak RSS, "
                     f"eval return {result.eval_return:.1f} over {result.frames} frames")
             results.append(result)
     frames_seen = {r.frames for r in results if r.ok}

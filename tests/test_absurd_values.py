@@ -9,10 +9,10 @@ import time
 
 import pytest
 import torch
-
 from conftest import CANONICAL, ROOT, poisoned_env_plugin, rlplug_cli, run_cli, start_cli, wait_for
-from rlplug.plugins.limits import available_memory
 from test_cli import assert_user_error
+
+from rlplug.plugins.limits import available_memory
 
 DQN = ROOT / "recipes" / "cartpole-dqn.toml"
 RECIPES = ROOT / "recipes"

@@ -10,11 +10,11 @@ import re
 
 import pytest
 import torch
+from conftest import CANONICAL, ROOT
 from tensordict import TensorDict
 from torch import nn
 
 import rlplug
-from conftest import CANONICAL, ROOT
 from rlplug.core.acting import ActorView, deterministic_sample
 from rlplug.errors import UserError
 from rlplug.registry import protocols

@@ -4,9 +4,7 @@ terminal. Through the real CLI in a subprocess; each stops at validation or at b
 
 from __future__ import annotations
 
-
 import pytest
-
 from conftest import CANONICAL, ROOT, run_cli
 from test_cli import assert_user_error
 
@@ -99,7 +97,8 @@ def test_init_refuses_an_algorithm_the_env_cannot_run():
 
 def test_an_image_observation_under_mlp_names_the_network_key(tmp_path):
     result = run_cli("run", str(CANONICAL), "--out", str(tmp_path / "run"),
-                     "--set", 'env.kwargs={render_mode="rgb_array"}', "--set", 'env.wrappers=[{name="AddRenderObservation"}]',
+                     "--set", 'env.kwargs={render_mode="rgb_array"}',
+                     "--set", 'env.wrappers=[{name="AddRenderObservation"}]',
                      env={"SDL_VIDEODRIVER": "dummy", "XDG_RUNTIME_DIR": str(tmp_path)})
     assert_user_error(result, "algorithm.policy", "mlp reads one-dimensional observations", "(400, 600, 3)",
                       "the gym env's flatten_observations = true")

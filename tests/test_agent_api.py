@@ -11,10 +11,10 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
+from conftest import CANONICAL, ROOT, one_line_error, run_cli, start_cli, wait_for
 from tensordict import TensorDict
 
 import rlplug
-from conftest import CANONICAL, ROOT, one_line_error, run_cli, start_cli, wait_for
 
 SHORT = {"run": {"total_frames": 512}, "eval": {"episodes": 4}, "loggers": [{"use": "csv"}]}
 
@@ -42,7 +42,8 @@ def test_a_recipe_dict_is_validated_like_a_file():
 
 @pytest.mark.slow
 def test_evaluate_takes_a_number_of_episodes_from_the_runs_own_start_states(tmp_path):
-    agent = rlplug.Agent.from_recipe(CANONICAL, out=tmp_path / "run", **SHORT, env={"normalize_observations": "running"})
+    agent = rlplug.Agent.from_recipe(CANONICAL, out=tmp_path / "run", **SHORT,
+                                     env={"normalize_observations": "running"})
     agent.train()
     statistics = {k: v.clone() if hasattr(v, "clone") else v for k, v in agent.run.env_statistics().items()}
     default = agent.evaluate()

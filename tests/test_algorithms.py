@@ -7,11 +7,11 @@ import math
 
 import pytest
 import torch
+from conftest import CANONICAL
 from hypothesis import given
 from hypothesis import strategies as st
 
 import rlplug
-from conftest import CANONICAL
 from rlplug.core.training import make_optimizer, scheduled_lr
 
 COMMON = {"run": {"total_frames": 512}, "eval": {"episodes": 2}}

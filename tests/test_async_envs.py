@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import CANONICAL, ROOT, one_line_error, run_cli, wait_for
 from gymnasium.envs.classic_control import CartPoleEnv
 
-from conftest import CANONICAL, ROOT, one_line_error, run_cli, wait_for
 from rlplug.plugins.envs import make_gym
 
 ASYNC = ["--set", "env.vectorization='async'"]
@@ -210,8 +210,9 @@ def test_ctrl_c_stops_a_dm_control_async_run_cleanly_and_its_workers_with_it(tmp
     pytest.importorskip("dm_control")
     mark, out = uuid.uuid4().hex, tmp_path / "run"
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("RLPLUG_")}, MARK: mark}
-    process = subprocess.Popen([sys.executable, "-m", "rlplug", "run", str(ROOT / "recipes" / "dmc-cheetah-run-sac.toml"),
-                                "--out", str(out), *DMC_SMALL, "--set", "run.total_frames=1000000", *ASYNC],
+    recipe = ROOT / "recipes" / "dmc-cheetah-run-sac.toml"
+    process = subprocess.Popen([sys.executable, "-m", "rlplug", "run", str(recipe), "--out", str(out), *DMC_SMALL,
+                                "--set", "run.total_frames=1000000", *ASYNC],
                                cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                start_new_session=True)
     wait_for(out / "metrics.csv", process)

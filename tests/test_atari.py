@@ -9,8 +9,8 @@ import tomllib
 import gymnasium as gym
 import numpy as np
 import pytest
-
 from conftest import ROOT
+
 from rlplug.plugins.envs import known_gym_id, make_gym
 
 

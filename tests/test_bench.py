@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import CANONICAL, ROOT, one_line_error, run_cli, start_cli, wait_for
+
 from rlplug.run.bench import ratio, summarise
 
 SUITES = ROOT / "benchmarks" / "suites"

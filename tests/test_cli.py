@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import csv
 import importlib
+import json
 import subprocess
 import sys
-import json
 import tomllib
 from pathlib import Path
 
 import pytest
+from conftest import CANONICAL, ROOT, run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from conftest import CANONICAL, ROOT, run_cli
 
 SHORT = ["--set", "run.total_frames=1024", "--set", "eval.every_frames=512", "--set", "eval.episodes=2"]
 
@@ -188,7 +187,8 @@ def test_aggregate_iqm_is_a_robust_middle_with_an_interval(returns, rng):
     assert result["optimality_gap"] is None and result["ci95"]["optimality_gap"] is None
 
 
-@pytest.mark.parametrize("text, seeds", [("0-4", [0, 1, 2, 3, 4]), ("1,3,7", [1, 3, 7]), ("5", [5]), ("0-1,4", [0, 1, 4])])
+@pytest.mark.parametrize("text, seeds", [("0-4", [0, 1, 2, 3, 4]), ("1,3,7", [1, 3, 7]), ("5", [5]),
+                                         ("0-1,4", [0, 1, 4])])
 def test_seed_lists(text, seeds):
     from rlplug.cli.run import parse_seeds
 

@@ -8,16 +8,16 @@ import json
 import numpy as np
 import pytest
 import torch
+from conftest import CANONICAL
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import CANONICAL
 from rlplug import recipe as recipes
 from rlplug.core.acting import ActorView, ArrayActor
-from rlplug.plugins.algorithms.onpolicy.base import log_prob_and_entropy
 from rlplug.core.collect import Collector
-from rlplug.run.evaluation import evaluate
 from rlplug.core.episodes import EpisodeTracker
+from rlplug.plugins.algorithms.onpolicy.base import log_prob_and_entropy
+from rlplug.run.evaluation import evaluate
 from rlplug.run.trainer import Run
 
 KEYS = {"observation", "action", "action_log_prob", ("next", "observation"), ("next", "reward"),

@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import Annotated
 
 import pytest
+from conftest import one_line_error, run_cli
 
 import rlplug
-from conftest import one_line_error, run_cli
 from rlplug.registry import docs as describing
 from rlplug.registry.manager import load_registry
 from rlplug.registry.registry import ComponentSpec
-
 
 
 def fake_distribution(where: Path, entry_name: str, module: str, source: str, version: str = "2.0.1") -> Path:

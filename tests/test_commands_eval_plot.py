@@ -10,8 +10,8 @@ import struct
 from pathlib import Path
 
 import pytest
-
 from conftest import CANONICAL, one_line_error, run_cli
+
 from rlplug.errors import UserError
 
 SHORT = ["--set", "run.total_frames=2048", "--set", "eval.every_frames=512", "--set", "eval.episodes=2"]
@@ -161,7 +161,8 @@ def test_eval_errors_are_one_line(runs, tmp_path):
     marker = tmp_path / "pwned"
     malicious = tmp_path / "malicious.pt"
     malicious.write_bytes(pickle.dumps(Payload(marker)))
-    one_line_error(run_cli("eval", str(runs["seed0"]), "--checkpoint", str(malicious)), "not a readable rlplug checkpoint")
+    one_line_error(run_cli("eval", str(runs["seed0"]), "--checkpoint", str(malicious)),
+                   "not a readable rlplug checkpoint")
     assert not marker.exists()
 
     one_line_error(run_cli("eval", str(runs["seed0"]), "--video", str(tmp_path / "x.avi")), ".mp4")

@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import CANONICAL, rlplug_cli
+
 from rlplug.registry import protocols
 from rlplug.registry.manager import load_registry
 

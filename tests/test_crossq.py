@@ -8,11 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import ROOT, one_line_error, run_cli
+from conftest import pendulum_transitions as sample
 from tensordict.nn import TensorDictModule
 
 import rlplug
-from conftest import ROOT, one_line_error, run_cli
-from conftest import pendulum_transitions as sample
 
 RECIPE = ROOT / "recipes" / "pendulum-crossq.toml"
 SETTINGS = SimpleNamespace(gamma=0.5, initial_entropy_coef=0.5, learn_entropy_coef=True, target_entropy=None)

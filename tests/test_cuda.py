@@ -8,10 +8,10 @@ import json
 
 import pytest
 import torch
-
-import rlplug
 import toy_spaces  # noqa: F401  (registers the RlplugToy ids)
 from conftest import CANONICAL, run_cli
+
+import rlplug
 from rlplug.core.acting import ActorView
 from rlplug.plugins.algorithms.onpolicy.base import log_prob_and_entropy
 

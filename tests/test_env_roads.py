@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 import toy_spaces
 from conftest import CANONICAL, one_line_error, rlplug_cli, run_cli
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import warnings
 
-import numpy as np
 import gymnasium as gym
+import numpy as np
 import pytest
 import torch
+from conftest import CANONICAL, run_cli
 
 import rlplug
-from conftest import CANONICAL, run_cli
 from rlplug import recipe as recipes
 from rlplug.core.collect import Collector
 from rlplug.run.evaluation import evaluate

@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import CANONICAL, one_line_error, run_cli
 
 #: CartPole's pole falls after 8 steps at the soonest: a deterministic policy evaluated on an env cut at 5 steps

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import CANONICAL, ROOT, one_line_error, run_cli
 
 TINY = ["--set", "eval.every_frames=0", "--set", "eval.episodes=1", "--set", "env.normalize_observations=running",

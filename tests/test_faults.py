@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import CANONICAL, ROOT, SHORT, run_cli
 from test_cli import assert_user_error
 from test_reliability import wait_for
@@ -86,7 +85,8 @@ def test_a_stored_recipe_whose_networks_differ_from_the_weights_is_one_line(run_
     rewritten(run_dir / "checkpoint.pt", lambda s: s["recipe"]["algorithm"]["policy"].__setitem__("hidden", [32, 32]))
     assert_user_error(run_cli("eval", str(run_dir)), str(run_dir / "checkpoint.pt"), "do not fit its recipe")
     # resume sees first that the directory's recipe.toml says otherwise
-    assert_user_error(run_cli("resume", str(run_dir)), "algorithm.policy.hidden (the file's [64, 64], the run's [32, 32])",
+    assert_user_error(run_cli("resume", str(run_dir)),
+                      "algorithm.policy.hidden (the file's [64, 64], the run's [32, 32])",
                       "cannot change for trained weights")
     (run_dir / "recipe.toml").unlink()
     assert_user_error(run_cli("resume", str(run_dir)), str(run_dir / "checkpoint.pt"), "do not fit its recipe")

@@ -11,9 +11,8 @@ import textwrap
 
 import pytest
 import torch
-from tensordict import TensorDict
-
 from conftest import ROOT, built_algorithm, rlplug_cli
+from tensordict import TensorDict
 from test_offpolicy_losses import loss_of, network, replay_sample
 
 # -- TD3: the actor and the targets move every policy_delay gradient steps -----------------------------------

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import tomli_w
+from conftest import CANONICAL
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import CANONICAL
 from rlplug import cli
 from rlplug import recipe as recipes
 from rlplug.errors import UserError

@@ -15,9 +15,9 @@ import multiprocessing
 import pytest
 import ray
 import torch
+from conftest import ROOT, built_algorithm, one_line_error, run_cli
 
 import rlplug
-from conftest import ROOT, built_algorithm, one_line_error, run_cli
 from rlplug.plugins.algorithms.offpolicy.base import OffPolicy
 from rlplug.plugins.runners.ray.gradients import GradientWorker, GradientWorkerSpec
 

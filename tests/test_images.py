@@ -10,15 +10,15 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+import toy_spaces
+from conftest import rlplug_cli
 from tensordict import TensorDict
+from test_cli import write_recipe
 from torchrl.data import Bounded, Composite, OneHot
 from torchrl.envs import ToTensorImage
 
 import rlplug
-import toy_spaces
-from conftest import rlplug_cli
 from rlplug.core.images import NATURE, SMALL, ImageInput, ImageShape, image_encoder
-from test_cli import write_recipe
 
 PIXEL, DICT = "RlplugToy/BrightPixel-v0", "RlplugToy/ImageAndVector-v0"
 

@@ -7,9 +7,8 @@ import json
 
 import pytest
 import torch
-from tensordict import TensorDict
-
 from conftest import CANONICAL, ROOT, one_line_error, run_cli
+from tensordict import TensorDict
 
 pytestmark = pytest.mark.slow  # every test trains a source run first, or starts the command line
 

@@ -36,7 +36,8 @@ def imported_modules(name: str, path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
             for alias in node.names:  # `from package import module` imports the module
                 found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base)
         for child in ast.iter_child_nodes(node):

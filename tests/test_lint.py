@@ -1,4 +1,5 @@
-"""ruff and mypy on the package, as CI runs them: the Protocols and annotations are contracts a tool checks."""
+"""ruff (on the package, its tests, benchmarks and example plugin) and mypy (on the package), as CI runs them: the
+Protocols and annotations are contracts a tool checks."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ def tool(*args: str, timeout: float) -> subprocess.CompletedProcess:
 
 
 def test_ruff_finds_nothing():
-    result = tool("ruff", "check", "rlplug", timeout=120)
+    result = tool("ruff", "check", "rlplug", "tests", "benchmarks", "examples", timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from rlplug.plugins.loggers.builtin import CSVLogger
 
 metric_names = st.sampled_from(["fps", "loss", "eval_return_mean", "kl"])
-rows = st.lists(st.dictionaries(metric_names, st.floats(-1e6, 1e6, allow_nan=False), min_size=1), min_size=1, max_size=12)
+rows = st.lists(st.dictionaries(metric_names, st.floats(-1e6, 1e6, allow_nan=False), min_size=1), min_size=1,
+                max_size=12)
 
 
 @settings(max_examples=40, deadline=None)

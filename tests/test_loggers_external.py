@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pytest
 import tomli_w
-
 from conftest import CANONICAL, ROOT, run_cli
 
 pytest.importorskip("wandb")
@@ -211,8 +210,8 @@ def test_wandb_resumed_run_continues_the_same_run_and_never_writes_the_api_key(t
     # Half the frames through the Python API (a checkpoint at 512 frames, status "paused"), then the CLI
     # resumes from that checkpoint in a new process.
     first = rlplug(home=home, env=env, python=(
-        "import rlplug; agent = rlplug.Agent.from_recipe(%r, out=%r, **{'run.total_frames': 1024, "
-        "'eval.episodes': 2}); print(agent.train(max_frames=512)['status'])" % (str(recipe), str(out))))
+        f"import rlplug; agent = rlplug.Agent.from_recipe({str(recipe)!r}, out={str(out)!r}, "
+        "**{'run.total_frames': 1024, 'eval.episodes': 2}); print(agent.train(max_frames=512)['status'])"))
     assert first.returncode == 0, first.stderr
     assert first.stdout.strip().splitlines()[-1] == "paused"
     second = rlplug("resume", str(out), home=home, env=env)

@@ -4,7 +4,6 @@ known: at build (learner names, targets) or after the first gradient step (state
 from __future__ import annotations
 
 import pytest
-
 from conftest import ROOT, one_line_error, rlplug_cli
 
 pytestmark = pytest.mark.slow  # subprocess runs
@@ -47,7 +46,7 @@ def rlplug_register_losses(register):
 def run_with(tmp_path, install, fault: str):
     where = install({"oddloss": PLUGIN}, dist="oddloss")
     return rlplug_cli("run", str(ROOT / "recipes" / "pendulum-ddpg.toml"), "--out", str(tmp_path / "run"),
-                      "--set", 'algorithm.loss={use = "odd-loss", fault = "%s"}' % fault,
+                      "--set", f'algorithm.loss={{use = "odd-loss", fault = "{fault}"}}',
                       "--set", "run.total_frames=400", "--set", "algorithm.learning_starts=200",
                       "--set", "algorithm.random_frames=200", "--set", "eval.episodes=1", path=where, timeout=240)
 

@@ -12,12 +12,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import ROOT, one_line_error, run_cli
+from conftest import pendulum_transitions as sample
 from tensordict import TensorDict
 from tensordict.nn import TensorDictModule
 
 import rlplug
-from conftest import ROOT, one_line_error, run_cli
-from conftest import pendulum_transitions as sample
 
 RECIPE = ROOT / "recipes" / "pendulum-mpo.toml"
 SETTINGS = SimpleNamespace(gamma=0.9, action_samples=7, epsilon=0.1, epsilon_mean=0.01, epsilon_sigma=1e-4,

@@ -7,17 +7,17 @@ import math
 
 import pytest
 import torch
+from conftest import CANONICAL, run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_cli import assert_user_error, write_recipe
 
 import rlplug
-from conftest import CANONICAL, run_cli
 from rlplug import recipe as recipes
 from rlplug.core.acting import ActorView
-from rlplug.plugins.algorithms.onpolicy.base import log_prob_and_entropy
 from rlplug.core.layers import LAYERS, build_layers
+from rlplug.plugins.algorithms.onpolicy.base import log_prob_and_entropy
 from rlplug.run.trainer import Run
-from test_cli import assert_user_error, write_recipe
 
 NETWORKS = ["mlp", "sequential"]
 SMALL = {"mlp": {"hidden": [16]}, "sequential": {"layers": [{"type": "Linear", "out": 16}, {"type": "Tanh"}]}}

@@ -10,7 +10,6 @@ import tomllib
 import numpy as np
 import pytest
 import torch
-
 from conftest import ROOT, one_line_error, recorded_pendulum, run_cli
 
 pytestmark = pytest.mark.slow  # a run is trained and recorded, and the command line started

@@ -11,15 +11,14 @@ import re
 
 import gymnasium as gym
 import numpy as np
-
 import pytest
 import torch
+from conftest import ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tensordict import TensorDict
 
 import rlplug
-from conftest import ROOT
 from rlplug.plugins.algorithms.offpolicy.losses import polyak_update
 
 RECIPES = ROOT / "recipes"
@@ -321,7 +320,8 @@ def test_mixed_precision_runs_on_the_cpu_close_to_full_precision(tmp_path, name,
     assert first[True] == pytest.approx(first[False], rel=0.05)
 
 
-@pytest.mark.parametrize("recipe, observation", [("pendulum-ddpg", [1.0, 0.0, 0.5]), ("cartpole-dqn", [0.0, 0.1, 0.0, -0.1])])
+@pytest.mark.parametrize("recipe, observation", [("pendulum-ddpg", [1.0, 0.0, 0.5]),
+                                                 ("cartpole-dqn", [0.0, 0.1, 0.0, -0.1])])
 def test_select_action_for_deterministic_and_q_value_policies(tmp_path, recipe, observation):
     agent = rlplug.Agent.from_recipe(ROOT / "recipes" / f"{recipe}.toml", out=tmp_path / "run",
                                      run={"total_frames": 512}, eval={"episodes": 1})

@@ -15,12 +15,12 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tensordict import TensorDict
 
 import rlplug
-from conftest import ROOT
 
 ENVS = {"discrete": "CartPole-v1", "continuous": "Pendulum-v1"}
 SETTINGS = SimpleNamespace(gamma=0.9, double=False, burn_in=0, target_policy_noise=0.0, target_noise_clip=0.5,
@@ -38,8 +38,8 @@ def specs(kind: str) -> dict:
 
 
 def loss_of(name: str, networks: dict, kind: str, **settings_changes):
-    return rlplug.make("loss", name, networks=networks, settings=SimpleNamespace(**{**vars(SETTINGS), **settings_changes}),
-                       **specs(kind))
+    settings = SimpleNamespace(**{**vars(SETTINGS), **settings_changes})
+    return rlplug.make("loss", name, networks=networks, settings=settings, **specs(kind))
 
 
 def replay_sample(kind: str, rows: int, seed: int, terminated_share: float = 0.3) -> TensorDict:
@@ -210,7 +210,8 @@ def test_every_offpolicy_loss_trains_its_algorithm(tmp_path, recipe, loss):
     targets = {k: v.clone() for k, v in algorithm.loss_module.state_dict().items() if "target" in k}
     assert agent.train()["status"] == "finished"
     assert all(not torch.equal(a, b) for a, b in zip(before, algorithm.parameters)), "every learner stepped"
-    moved = {k for k, v in algorithm.loss_module.state_dict().items() if k in targets and not torch.equal(v, targets[k])}
+    moved = {k for k, v in algorithm.loss_module.state_dict().items()
+             if k in targets and not torch.equal(v, targets[k])}
     assert targets and moved, "the target networks follow the online ones"
 
 

@@ -23,7 +23,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, run_cli
 
 OLD_RUNS = ROOT / "tests" / "data" / "checkpoints-86ad181"

@@ -55,7 +55,8 @@ def test_out_of_range_integers_are_rejected(n):
     assert caught.value.path == "count"
 
 
-@given(st.one_of(st.text(), st.booleans(), st.lists(st.integers()), st.floats(allow_nan=False).filter(lambda x: not float(x).is_integer())))
+@given(st.one_of(st.text(), st.booleans(), st.lists(st.integers()),
+                 st.floats(allow_nan=False).filter(lambda x: not float(x).is_integer())))
 def test_non_integers_are_rejected_for_int(value):
     with pytest.raises(ParameterError, match="expected an integer"):
         check(count=value)

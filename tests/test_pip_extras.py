@@ -17,10 +17,9 @@ import sys
 import tomllib
 
 import pytest
+from conftest import ROOT
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-
-from conftest import ROOT
 
 #: ``rlplug[a,b]`` as written in text and messages (an f-string's ``rlplug[{...}]`` is not a name)
 NAMED_EXTRAS = re.compile(r"rlplug\[([\w.,-]+)\]")

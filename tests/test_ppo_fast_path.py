@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import CANONICAL, built_algorithm
 from tensordict import TensorDict
 from torch.profiler import ProfilerActivity, profile
 
-from conftest import CANONICAL, built_algorithm
 from rlplug.core.acting import ArrayActor, env_action
 from rlplug.core.training import Prepared
 

@@ -20,9 +20,9 @@ import gymnasium
 import pytest
 import ray
 import torch
+from conftest import CANONICAL, ROOT, one_line_error, run_cli, start_cli
 
 import rlplug
-from conftest import CANONICAL, ROOT, one_line_error, run_cli, start_cli
 from rlplug import recipe as recipes
 from rlplug.errors import UserError
 from rlplug.plugins.runners.local import LocalCollector

@@ -9,7 +9,6 @@ import tomllib
 
 import numpy as np
 import pytest
-
 from conftest import ROOT, one_line_error, recorded_pendulum, run_cli
 
 pytestmark = pytest.mark.slow  # a run is trained, and the command line started

@@ -10,14 +10,14 @@ import math
 
 import pytest
 import torch
+from conftest import ROOT, run_cli
 from tensordict import TensorDict
 
 import rlplug
-from conftest import ROOT, run_cli
 from rlplug.core.collect import Collector
-from rlplug.run.evaluation import evaluate
-from rlplug.plugins.networks import make_gru, make_lstm
 from rlplug.core.recurrent import RecurrentNetwork
+from rlplug.plugins.networks import make_gru, make_lstm
+from rlplug.run.evaluation import evaluate
 
 RECIPE = ROOT / "recipes" / "pendulum-ddpg-lstm.toml"
 #: The recipe shrunk to a few hundred frames, small networks and short episodes (several per batch).
@@ -52,7 +52,8 @@ def test_collection_carries_the_hidden_state_and_resets_it_on_done(make, keys, n
     expected_init[..., 0], expected_init[..., 1:] = True, done[..., :-1]
     assert torch.equal(is_init, expected_init) and is_init[..., 1:].sum() == 2 * num_envs
     for name in keys:
-        state, following = batch.get(f"deterministic_policy_{name}"), batch.get(("next", f"deterministic_policy_{name}"))
+        state = batch.get(f"deterministic_policy_{name}")
+        following = batch.get(("next", f"deterministic_policy_{name}"))
         assert (state[is_init] == 0).all(), "every episode starts from a zero state"
         assert torch.equal(state[:, 1:][~is_init[:, 1:]], following[:, :-1][~is_init[:, 1:]]), \
             "within an episode each step starts from the state the previous step left"

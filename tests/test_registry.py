@@ -15,12 +15,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import rlplug_cli
 
 import rlplug
-from conftest import rlplug_cli
-from rlplug.registry.components import Env
 from rlplug.errors import ComponentError, PluginError, UserError
 from rlplug.registry import resolve
+from rlplug.registry.components import Env
 from rlplug.registry.manager import load_registry
 
 ROOT = Path(__file__).resolve().parent.parent

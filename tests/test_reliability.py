@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import CANONICAL, ROOT, run_cli, start_cli, wait_for
 
 import rlplug
-from conftest import CANONICAL, ROOT, run_cli, start_cli, wait_for
 
 #: A small run that checkpoints often, with running statistics to restore too.
 SMALL = ["--set", "run.total_frames=12288", "--set", "run.checkpoint_every_frames=2048", "--set", "eval.every_frames=0",

@@ -7,17 +7,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import toy_spaces  # noqa: F401  (registers the RlplugToy ids)
+from conftest import CANONICAL, rlplug_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_cli import assert_user_error
+from test_images import learn
 from torchrl.data import Binary, Bounded, Categorical, MultiCategorical, MultiOneHot, OneHot, Unbounded
 
 import rlplug
-import toy_spaces  # noqa: F401  (registers the RlplugToy ids)
-from conftest import CANONICAL, rlplug_cli
 from rlplug.core.acting import ActorView
 from rlplug.core.actions import IndependentCategoricals, action_layout
-from test_cli import assert_user_error
-from test_images import learn
 
 ECHO = "RlplugToy/ActionEcho-v0"
 

@@ -11,17 +11,17 @@ import textwrap
 import numpy as np
 import pytest
 import torch
+from conftest import ROOT, run_cli
 from tensordict import TensorDict
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 from torchrl.envs import EnvBase
 from torchrl.envs.utils import check_env_specs
 
 import rlplug
-from conftest import ROOT, run_cli
+from rlplug import recipe as recipes
 from rlplug.core.collect import Collector
 from rlplug.core.observations import one_observation
 from rlplug.errors import UserError
-from rlplug import recipe as recipes
 from rlplug.registry import manager
 from rlplug.run.evaluation import evaluate
 from rlplug.run.trainer import Run
@@ -234,7 +234,8 @@ def test_an_env_offering_the_array_step_is_collected_without_tensordicts_per_ste
     assert batch.batch_size == (2, 10) and batch.get(("next", "truncated"))[:, 4].all()
     assert torch.equal(batch.get("observation")[:, 1], batch.get(("next", "observation"))[:, 0])
     returns = evaluate(env, actor_for(env), episodes=4, seed=0)
-    assert len(returns) == 4 and env.tensordict_steps == 0 and all(-10 < r < 0 for r in returns)  # 5 steps, each -|position| > -2
+    # 5 steps, each -|position| > -2
+    assert len(returns) == 4 and env.tensordict_steps == 0 and all(-10 < r < 0 for r in returns)
 
 
 def test_an_env_without_the_array_step_is_collected_through_tensordicts():

@@ -8,9 +8,9 @@ import tomllib
 
 import pytest
 import torch
+from conftest import CANONICAL, run_cli
 
 import rlplug
-from conftest import CANONICAL, run_cli
 from rlplug.core.collect import array_road_open
 from rlplug.core.transformed import build_transformed
 from rlplug.errors import UserError
@@ -164,7 +164,8 @@ def test_a_run_with_scaled_rewards_reports_the_env_own_returns(tmp_path):
     summary = agent.train()
     assert summary["eval_return_mean"] > 50  # scaled by 0.1 the reward could not sum past 50
     assert summary["train_return_recent"] > 9  # CartPole episodes last 9 steps or more: 0.9 scaled
-    reloaded = rlplug.Agent.load(tmp_path / "run" / "checkpoint.pt", out=tmp_path / "again")  # the VecNorm statistics come back from the checkpoint
+    # the VecNorm statistics come back from the checkpoint
+    reloaded = rlplug.Agent.load(tmp_path / "run" / "checkpoint.pt", out=tmp_path / "again")
     assert min(reloaded.evaluate()) > 50
 
 

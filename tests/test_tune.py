@@ -13,8 +13,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
-
 from conftest import CANONICAL, ROOT, one_line_error, run_cli
+
 from rlplug.errors import UserError
 
 TINY = ["--set", "run.total_frames=256", "--set", "eval.every_frames=128", "--set", "eval.episodes=1",
@@ -132,7 +132,8 @@ def check(tmp_path: Path, text: str) -> None:
     ('"algorithm.lr" = {type = "float", low = -1.0, high = 3e-3}', ["algorithm.lr: low = -1.0: must be > 0"]),
     ('"algorithm.epochs" = {type = "float", low = 1.0, high = 4.0}',
      ["algorithm.epochs: a value between low and high = 2.146", "expected an integer"]),
-    ('"algorithm.lr" = {type = "flaot", low = 1e-4, high = 3e-3}', ["algorithm.lr: type 'flaot'", "did you mean 'float'"]),
+    ('"algorithm.lr" = {type = "flaot", low = 1e-4, high = 3e-3}',
+     ["algorithm.lr: type 'flaot'", "did you mean 'float'"]),
     ('"algorithm.lr" = {type = "float", low = 1e-4, hihg = 3e-3}', ["unknown field 'hihg'", "did you mean 'high'"]),
     ('"algorithm.lr" = {type = "float", low = 0.0, high = 3e-3, log = true}', ["log = true needs low > 0"]),
     ('"algorithm.lr" = {type = "float", low = 3e-3, high = 1e-4}', ["low = 0.003 is above high = 0.0001"]),

@@ -1,8 +1,9 @@
 """PPO's update reads in a few files: one PPO update of the canonical recipe runs functions of at most five rlplug
 files (the family's shared update, PPO's module with its loss, the estimator, the training helpers, and the actor's
 view that the collection acts through too, so that a categorical head's logits, masked where the env masks actions,
-are computed in one place for acting and learning), so the spread over many modules cannot come back unseen. An algorithm's rlplug loss takes its settings from the algorithm's own
-declared fields, so it serves only the algorithm that has them.
+are computed in one place for acting and learning), so the spread over many modules cannot come back unseen. An
+algorithm's rlplug loss takes its settings from the algorithm's own declared fields, so it serves only the
+algorithm that has them.
 
 ``python tests/test_update_files.py`` prints the files and the functions of each that one update runs.
 """
@@ -16,9 +17,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import CANONICAL, one_line_error, run_cli
 
 import rlplug
-from conftest import CANONICAL, one_line_error, run_cli
 
 PACKAGE = Path(rlplug.__file__).resolve().parent
 MAX_FILES = 5

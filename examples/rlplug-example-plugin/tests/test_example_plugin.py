@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from rlplug_example_plugin.corridor import CorridorEnv
+from rlplug_example_plugin.estimators import discounted_returns
 from tensordict import TensorDict
 from torchrl.envs.utils import check_env_specs
 
 import rlplug
-from rlplug_example_plugin.corridor import CorridorEnv
-from rlplug_example_plugin.estimators import discounted_returns
 
 
 def test_corridor_passes_torchrl_spec_check():
