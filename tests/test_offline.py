@@ -11,6 +11,9 @@ import numpy as np
 import pytest
 import torch
 from conftest import ROOT, one_line_error, recorded_pendulum, run_cli
+from tensordict import TensorDict
+
+import rlplug
 
 pytestmark = pytest.mark.slow  # a run is trained and recorded, and the command line started
 
@@ -24,6 +27,9 @@ SHORT = ["--set", "run.total_frames=512", "--set", "eval.every_frames=0", "--set
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     return recorded_pendulum(tmp_path_factory)
+
+
+UNIT_WRAPPER = '{name="RescaleAction", kwargs={min_action=-1.0, max_action=1.0}}'
 
 
 def synthetic(folder, *, discrete: bool = False, steps: int = 300, env: bool = True):
@@ -343,15 +349,14 @@ def online(recipe_name: str, folder) -> str:
 def test_an_offline_run_goes_on_online_from_its_weights_with_the_dataset_in_its_replay(recorded, tmp_path, name):
     _, dataset = recorded
     offline = tmp_path / "offline"
-    # the cql recipe learns in [-1, 1] (rescale_actions), which the online env and prefill would need too: kept in
-    # the dataset's [-2, 2] here (the rescaled road's continuation: tests/test_init_from.py)
-    as_recorded = ["--set", "dataset.rescale_actions=false"] if name == "cql" else []
-    result = run_cli("run", str(RECIPES[name]), "--out", str(offline), "--set", f"dataset.path={dataset}",
-                     *as_recorded, *SHORT)
+    result = run_cli("run", str(RECIPES[name]), "--out", str(offline), "--set", f"dataset.path={dataset}", *SHORT)
     assert result.returncode == 0, result.stderr
     out = tmp_path / "online"
+    # the cql recipe learned in [-1, 1] (dataset.rescale_actions): its env acts there too, and so does its prefill
+    in_unit_range = ["--set", f"env.wrappers=[{UNIT_WRAPPER}]", "--set",
+                     "algorithm.replay_buffer.prefill_rescale_actions=true"] if name == "cql" else []
     result = run_cli("run", online(name, tmp_path), "--out", str(out), "--init-from", str(offline),
-                     "--set", "algorithm.replay_buffer.use=uniform",
+                     "--set", "algorithm.replay_buffer.use=uniform", *in_unit_range,
                      "--set", f"algorithm.replay_buffer.prefill={dataset}", "--set", "algorithm.learning_starts=0",
                      "--set", "run.total_frames=4", *SHORT[2:])
     assert result.returncode == 0, result.stderr
@@ -378,9 +383,36 @@ def test_prefill_mistakes_are_one_line(recorded, tmp_path):
                    "algorithm.replay_buffer.prefill: the dataset's observations are of shape [3]")
     wide = synthetic(tmp_path / "wide-v0")  # Pendulum's [-2, 2] into an env acting in [-1, 1]
     one_line_error(run_cli("run", recipe, *uniform, "--set", f"algorithm.replay_buffer.prefill={wide}",
-                           "--set", 'env.wrappers=[{name="RescaleAction", kwargs={min_action=-1.0, max_action=1.0}}]'),
+                           "--set", f"env.wrappers=[{UNIT_WRAPPER}]"),
+                   "algorithm.replay_buffer.prefill: the dataset's actions reach",
+                   "algorithm.replay_buffer.prefill_rescale_actions = true maps them onto [-1, 1]")
+    one_line_error(run_cli("run", recipe, *uniform, "--set", f"algorithm.replay_buffer.prefill={wide}",
+                           "--set", 'env.wrappers=[{name="RescaleAction", kwargs={min_action=-0.5, max_action=0.5}}]'),
                    "algorithm.replay_buffer.prefill: the dataset's actions reach", "record it on this env")
+    one_line_error(run_cli("run", recipe, *uniform, "--set", "algorithm.replay_buffer.prefill_rescale_actions=true"),
+                   "algorithm.replay_buffer.prefill_rescale_actions: there is no prefill dataset to rescale")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("buffer", ["uniform", "prioritized"])
+def test_prefill_rescale_actions_maps_the_recorded_range_onto_the_env_acting_in_unit_range(tmp_path, buffer):
+    """A run that learned in [-1, 1] (dataset.rescale_actions) going on online keeps its Pendulum dataset, recorded
+    in [-2, 2], in its replay: each action halved, as RescaleAction maps the env's; nothing else changed."""
+    from rlplug.plugins.datasets.minari_format import MinariData
+
+    dataset = synthetic(tmp_path / "wide-v0")
+    env = rlplug.make("env", "gym", id="Pendulum-v1", wrappers=[{"name": "RescaleAction",
+                      "kwargs": {"min_action": -1.0, "max_action": 1.0}}])
+    made = rlplug.make("replay_buffer", buffer, prefill=str(dataset), prefill_rescale_actions=True, capacity=1000,
+                       run_dir=tmp_path / "replay", seed=0, device="cpu", observation_spec=env.observation_spec,
+                       action_spec=env.action_spec)
+    recorded = MinariData(dataset, "prefill").transitions("cpu")
+    held = TensorDict.from_dict(made.state_dict()["data"])  # the transitions in the order written
+    assert len(made) == len(recorded) == 300
+    assert recorded["action"].abs().max() > 1.5  # the test's own premise: the data reach beyond [-1, 1]
+    torch.testing.assert_close(held["action"], recorded["action"] / 2)
+    for key in ("observation", ("next", "observation"), ("next", "reward")):
+        torch.testing.assert_close(held.get(key), recorded.get(key))
 
 
 def test_show_describes_a_dataset_and_plot_takes_offline_runs(recorded, tmp_path):

@@ -10,6 +10,7 @@ from tensordict import TensorDictBase
 from rlplug.core.heads import action_bounds
 from rlplug.errors import UserError, numbers
 from rlplug.networks import observation_key
+from rlplug.plugins.datasets.minari_format import RESCALE_KEYS
 
 
 def laid_out(transitions: TensorDictBase, observation_spec, action_spec, path: str) -> TensorDictBase:
@@ -60,7 +61,7 @@ def refuse_actions_out_of_bounds(action: torch.Tensor, observation_spec, action_
             return numbers(values.reshape(-1).tolist())
 
         unit = bool((low == -1).all() and (high == 1).all())
-        remedy = ("dataset.rescale_actions = true maps them onto [-1, 1]" if unit and path == "dataset" else
+        remedy = (f"{RESCALE_KEYS[path]} = true maps them onto [-1, 1]" if unit and path in RESCALE_KEYS else
                   "record it on this env, wrappers and all")
         raise UserError(f"the dataset's actions reach {shown(action.amin(0))} to {shown(action.amax(0))} and the "
                         f"env's bounds are {shown(low)} to {shown(high)}: they were recorded in another action "

@@ -58,6 +58,9 @@ def read_metadata(path: Path, key: str) -> dict[str, Any]:
     return metadata
 
 
+#: Where a dataset is read (its key path) -> the key that rescales its actions onto [-1, 1].
+RESCALE_KEYS = {"dataset": "dataset.rescale_actions",
+                "algorithm.replay_buffer.prefill": "algorithm.replay_buffer.prefill_rescale_actions"}
 #: gymnasium's wrapper that makes an env act in [-1, 1], as a recipe's ``env.wrappers`` entry
 UNIT_ACTIONS = {"name": "RescaleAction", "kwargs": {"min_action": -1.0, "max_action": 1.0}}
 
@@ -143,10 +146,11 @@ class MinariData:
     """A Minari dataset on disk (:class:`rlplug.registry.protocols.Dataset`): its metadata read when made, its
     episodes when the run asks for its transitions."""
 
-    def __init__(self, path: Path, key: str, *, rescale_actions: bool = False):
+    def __init__(self, path: Path, key: str, *, rescale_actions: bool = False,
+                 rescale_key: str = RESCALE_KEYS["dataset"]):
         self.path, self.key = path, key
         self.metadata = read_metadata(path, key)
-        self.rescaled_from = bounds_to_rescale(self.metadata, "dataset.rescale_actions") if rescale_actions else None
+        self.rescaled_from = bounds_to_rescale(self.metadata, rescale_key) if rescale_actions else None
 
     def env_table(self) -> dict[str, Any] | None:
         table = env_table(self.metadata)

@@ -44,6 +44,9 @@ def make_uniform(
     #: a Minari dataset's directory (the --out of rlplug record) whose transitions the buffer holds from the start,
     #: rewards as recorded (an offline run's data seeding an online one; unset: none)
     prefill: Prefill | None = None,
+    #: the prefill's continuous actions mapped from the dataset's recorded bounds onto [-1, 1], as
+    #: dataset.rescale_actions maps them, for an env acting in [-1, 1] (gymnasium's RescaleAction)
+    prefill_rescale_actions: bool = False,
     run_dir=None,
     device="cpu",
     seed=0,
@@ -55,7 +58,7 @@ def make_uniform(
 
     buffer = ReplayBuffer(capacity, storage=storage, run_dir=run_dir, device=device, seed=seed,
                           transition_bytes=_transition_bytes(observation_spec, action_spec))
-    return prefilled(buffer, prefill, observation_spec, action_spec, device)
+    return prefilled(buffer, prefill, prefill_rescale_actions, observation_spec, action_spec, device)
 
 
 def make_prioritized(
@@ -75,6 +78,9 @@ def make_prioritized(
     #: a Minari dataset's directory (the --out of rlplug record) whose transitions the buffer holds from the start,
     #: rewards as recorded, at the highest priority (unset: none)
     prefill: Prefill | None = None,
+    #: the prefill's continuous actions mapped from the dataset's recorded bounds onto [-1, 1], as
+    #: dataset.rescale_actions maps them, for an env acting in [-1, 1] (gymnasium's RescaleAction)
+    prefill_rescale_actions: bool = False,
     run_dir=None,
     device="cpu",
     seed=0,
@@ -92,23 +98,28 @@ def make_prioritized(
     buffer = PrioritizedReplayBuffer(capacity, alpha=alpha, beta=beta, beta_final=beta_final, eps=eps,
                                      total_frames=total_frames, storage=storage, run_dir=run_dir, device=device,
                                      seed=seed, transition_bytes=_transition_bytes(observation_spec, action_spec))
-    return prefilled(buffer, prefill, observation_spec, action_spec, device)
+    return prefilled(buffer, prefill, prefill_rescale_actions, observation_spec, action_spec, device)
 
 
-def prefilled(buffer, prefill: str | None, observation_spec, action_spec, device: str):
+def prefilled(buffer, prefill: str | None, rescale_actions: bool, observation_spec, action_spec, device: str):
     """``buffer`` holding the transitions of the dataset at ``prefill`` (fitted to the env's specs), if any."""
+    from rlplug.errors import UserError
+    from rlplug.plugins.datasets.minari_format import RESCALE_KEYS, MinariData
+
+    key = "algorithm.replay_buffer.prefill"
     if prefill is None:
+        if rescale_actions:
+            raise UserError("there is no prefill dataset to rescale: set prefill too, or leave this out",
+                            path=RESCALE_KEYS[key])
         return buffer
     from pathlib import Path
 
-    from rlplug.errors import UserError
     from rlplug.plugins.datasets.layout import laid_out
-    from rlplug.plugins.datasets.minari_format import MinariData
 
-    key = "algorithm.replay_buffer.prefill"
     if observation_spec is None or action_spec is None:
         raise UserError("prefill fits the dataset to the env's specs, which this buffer was not given", path=key)
-    transitions = laid_out(MinariData(Path(prefill), key).transitions(device), observation_spec, action_spec, key)
+    data = MinariData(Path(prefill), key, rescale_actions=rescale_actions, rescale_key=RESCALE_KEYS[key])
+    transitions = laid_out(data.transitions(device), observation_spec, action_spec, key)
     buffer.extend(transitions.select("observation", "action", ("next", "observation"), ("next", "reward"),
                                      ("next", "terminated")))
     return buffer
