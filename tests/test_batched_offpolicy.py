@@ -1,4 +1,4 @@
-"""Off-policy seeds trained together (``run --seeds --batched``: SAC, DDPG, TD3, DQN): each seed's gradient steps
+"""Off-policy seeds trained together (``run --seeds --batched``: SAC, DDPG, TD3, TQC, DQN): each seed's gradient steps
 are its own algorithm's (parameters, targets, entropy coefficient, optimiser state), DQN's targets move by each
 seed's frames into the stack, acting keeps each seed's exploration (noise, epsilon), a NaN stops one seed alone,
 resume goes on, and what cannot be batched is refused in one line."""
@@ -49,6 +49,8 @@ def own_state(algorithm) -> dict[str, torch.Tensor]:
     (RECIPES / "pendulum-ddpg.toml", []),
     (RECIPES / "pendulum-td3.toml", ["algorithm.target_policy_noise=0.0"]),  # the actor and targets every 2nd step
     (SAC, ["algorithm.replay_buffer.use='prioritized'"]),  # each seed's priorities from its own TD errors
+    (RECIPES / "pendulum-tqc.toml", ["algorithm.quantiles=5", "algorithm.critics=3",
+                                      "algorithm.replay_buffer.use='prioritized'"]),  # the atoms sorted per seed
     (DQN, []),  # the targets copied by frames, before each update's steps: the second update's read the copy
     (DQN, ["algorithm.tau=0.3", "algorithm.target_update_interval=40", "algorithm.double=false",
            "algorithm.replay_buffer.use='prioritized'"]),  # polyak steps of 1 or 2 intervals per update

@@ -338,7 +338,7 @@ def test_dqns_target_with_three_steps():
 LOSSES = [("dqn", "dqn-loss"), ("dqn", "DQNLoss"), ("c51", "DistributionalDQNLoss"),
           ("discrete-sac", "DiscreteSACLoss"), ("ddpg", "ddpg-loss"), ("ddpg", "DDPGLoss"), ("td3", "td3-loss"),
           ("td3", "TD3Loss"), ("sac", "sac-loss"), ("sac", "SACLoss"), ("crossq", "crossq-loss"),
-          ("crossq", "CrossQLoss"), ("mpo", "mpo-loss"), ("tqc", "TQCLoss")]
+          ("crossq", "CrossQLoss"), ("mpo", "mpo-loss"), ("tqc", "tqc-loss"), ("tqc", "TQCLoss")]
 
 
 ENV = {"dqn": "CartPole-v1", "c51": "CartPole-v1", "discrete-sac": "CartPole-v1", "redq": "Pendulum-v1",

@@ -1,7 +1,8 @@
-"""TQC on the algorithm kit: TorchRL's TQCLoss built through its registered factory from critics of quantiles,
-its terms against a plain reference of TQC (the target pools every target critic's atoms, drops the highest,
-each critic's quantile Huber loss on the rest; the actor ascends the mean of all atoms), the refusals in one
-line, ``rlplug show`` and ``rlplug list``, and a short CLI run that takes ``rlplug set`` and resumes."""
+"""TQC on the algorithm kit: rlplug's tqc-loss and TorchRL's TQCLoss built through their registered factories
+from critics of quantiles, each against a plain reference of TQC (the target pools every target critic's atoms,
+drops the highest, each critic's quantile Huber loss on the rest; the actor ascends the mean of all atoms) and
+against each other, the refusals in one line, ``rlplug show`` and ``rlplug list``, and a short CLI run that takes
+``rlplug set`` and resumes."""
 
 from __future__ import annotations
 
@@ -40,16 +41,27 @@ def huber(delta: torch.Tensor) -> torch.Tensor:
     return torch.where(delta.abs() <= 1, 0.5 * delta**2, delta.abs() - 0.5)
 
 
+def critic_parameters(loss, built: list) -> tuple[list, list]:
+    """Each critic's online and target parameters, as TensorDicts: TorchRL's TQCLoss keeps them stacked, rlplug's
+    tqc-loss keeps the critics themselves and a target copy of each."""
+    if hasattr(loss, "qvalue_network_params"):
+        online, targets = loss.qvalue_network_params, loss.target_qvalue_network_params
+        return [online[i] for i in range(len(built))], [targets[i] for i in range(len(built))]
+    return ([TensorDict.from_module(critic) for critic in built],
+            [TensorDict.from_module(target) for target in loss.target_critics])
+
+
+@pytest.mark.parametrize("name", ["tqc-loss", "TQCLoss"])
 @pytest.mark.parametrize("seed, critics, quantiles, drop", [(0, 2, 5, 2), (1, 3, 4, 1), (2, 2, 6, 0)])
-def test_tqc_loss_terms_match_a_plain_reference(monkeypatch, seed, critics, quantiles, drop):
+def test_tqc_loss_terms_match_a_plain_reference(monkeypatch, name, seed, critics, quantiles, drop):
     monkeypatch.setattr(torch.distributions.Normal, "rsample", noise_of_its_shape)  # known actions
     torch.manual_seed(seed)
     actor = rlplug.make("network", "mlp", role="policy", hidden=[16], log_std="state", squash="tanh",
                         **specs("continuous"))
     built = [critic_of_quantiles(quantiles, seed + 1 + i) for i in range(critics)]
-    loss = loss_of("TQCLoss", {"policy": actor, "critic": built[0], "critics": built}, "continuous",
+    loss = loss_of(name, {"policy": actor, "critic": built[0], "critics": built}, "continuous",
                    critics=critics, quantiles=quantiles, top_quantiles_to_drop_per_net=drop)
-    online = loss.qvalue_network_params
+    online, targets = critic_parameters(loss, built)
     sample = replay_sample("continuous", 8, seed)
     for i, critic in enumerate(built):  # each critic its own parameters, not copies of the first
         with torch.no_grad():
@@ -58,7 +70,8 @@ def test_tqc_loss_terms_match_a_plain_reference(monkeypatch, seed, critics, quan
         assert own.shape == (8, quantiles)
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():  # targets that differ from the online critics and from each other
-        loss.target_qvalue_network_params.data.apply_(lambda p: p.add_(torch.randn(p.shape, generator=generator)))
+        for target in targets:
+            target.apply_(lambda p: p.add_(torch.randn(p.shape, generator=generator)))
     data = replay_sample("continuous", 32, seed)
     out = loss(data.clone())
 
@@ -71,7 +84,6 @@ def test_tqc_loss_terms_match_a_plain_reference(monkeypatch, seed, critics, quan
         action, log_prob = draw(data["observation"])
         next_action, next_log_prob = draw(data["next", "observation"])
         alpha, critic = loss.log_alpha.exp(), built[0]
-        targets = loss.target_qvalue_network_params
         pooled = torch.cat([atoms(critic, targets[j], data["next", "observation"], next_action)
                             for j in range(critics)], -1)  # [batch, critics x quantiles]
         kept = pooled.sort(-1).values[:, :critics * (quantiles - drop)]
@@ -92,6 +104,54 @@ def test_tqc_loss_terms_match_a_plain_reference(monkeypatch, seed, critics, quan
         untruncated = ((fractions - (delta < 0).float()).abs() * huber(delta)).mean((-1, -2)).sum(0).mean()
         assert float(untruncated) != pytest.approx(float(critic_term), rel=1e-3)
     assert set(loss.parameter_groups) == {"actor", "critic", "entropy"}
+
+
+@pytest.mark.parametrize("seed, critics, quantiles, drop", [(0, 2, 5, 2), (3, 3, 4, 1)])
+def test_tqc_loss_is_torchrls_tqc_loss_in_terms_gradients_and_priorities(monkeypatch, seed, critics, quantiles, drop):
+    """rlplug's tqc-loss against TorchRL's TQCLoss on the same networks, targets and actions: every term, the
+    gradient of their sum for the actor, each critic and alpha, and the priorities written back. (Prioritised
+    replay's weights average as in every rlplug loss, ``mean(w * loss)``; TorchRL's divide by ``sum(w)``.)"""
+    monkeypatch.setattr(torch.distributions.Normal, "rsample", noise_of_its_shape)  # known actions
+    torch.manual_seed(seed)
+    actor = rlplug.make("network", "mlp", role="policy", hidden=[16], log_std="state", squash="tanh",
+                        **specs("continuous"))
+    built = [critic_of_quantiles(quantiles, seed + 1 + i) for i in range(critics)]
+    networks = {"policy": actor, "critic": built[0], "critics": built}
+    keys = dict(critics=critics, quantiles=quantiles, top_quantiles_to_drop_per_net=drop)
+    theirs = loss_of("TQCLoss", networks, "continuous", **keys)
+    ours = loss_of("tqc-loss", networks, "continuous", **keys)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():  # targets off the online critics, the same in both
+        theirs.target_qvalue_network_params.data.apply_(lambda p: p.add_(torch.randn(p.shape, generator=generator)))
+        for i, target in enumerate(ours.target_critics):
+            TensorDict.from_module(target).update_(theirs.target_qvalue_network_params[i].data)
+    data = replay_sample("continuous", 32, seed)
+
+    def terms_and_gradients(loss, actor_parameters, critic_parameters):
+        written = data.clone()
+        out = loss(written)
+        terms = {key: out[key] for key in ("loss_qvalue", "loss_actor", "loss_alpha")}
+        wrt = [*actor_parameters, *critic_parameters, loss.log_alpha]
+        return terms, torch.autograd.grad(sum(terms.values()), wrt, allow_unused=True), written["td_error"]
+
+    actor_keys = list(TensorDict.from_module(actor).keys(True, True))
+    critic_keys = list(TensorDict.from_module(built[0]).keys(True, True))
+    our_terms, our_gradients, our_priorities = terms_and_gradients(
+        ours, [TensorDict.from_module(actor)[k] for k in actor_keys],
+        [TensorDict.from_module(c)[k] for c in built for k in critic_keys])
+    their_terms, their_gradients, their_priorities = terms_and_gradients(
+        theirs, [theirs.actor_network_params[k] for k in actor_keys],
+        [theirs.qvalue_network_params[k] for k in critic_keys])
+    for term in our_terms:
+        torch.testing.assert_close(our_terms[term], their_terms[term], rtol=1e-5, atol=1e-6, msg=term)
+    count = len(actor_keys)
+    for ours_g, theirs_g in zip(our_gradients[:count], their_gradients[:count]):  # the actor's
+        torch.testing.assert_close(ours_g, theirs_g, rtol=1e-4, atol=1e-6)
+    per_critic = our_gradients[count:-1]  # critic by critic, key by key; TorchRL's stack the critics per key
+    for k, theirs_g in enumerate(their_gradients[count:-1]):
+        torch.testing.assert_close(torch.stack(per_critic[k::len(critic_keys)]), theirs_g, rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(our_gradients[-1], their_gradients[-1], rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(our_priorities.reshape(-1), their_priorities.reshape(-1), rtol=1e-5, atol=1e-6)
 
 
 def test_the_loss_serves_tqc_alone():
@@ -117,14 +177,15 @@ def test_show_and_list_name_tqc():
     shown = run_cli("show", "tqc", timeout=60)
     assert shown.returncode == 0, shown.stderr
     for key, default in [("critics", "2"), ("quantiles", "25"), ("top_quantiles_to_drop_per_net", "2"),
-                         ("loss", '"rlplug:TQCLoss"'), ("initial_entropy_coef", "1.0"), ("tau", "0.005")]:
+                         ("loss", '"rlplug:tqc-loss"'), ("initial_entropy_coef", "1.0"), ("tau", "0.005")]:
         assert any(line.split()[:1] == [key] and line.rstrip().endswith(f"default: {default}")
                    for line in shown.stdout.splitlines()), (key, shown.stdout)
     assert "Truncated quantile critics" in shown.stdout
     listed = run_cli("list", "--json", timeout=60)
     assert listed.returncode == 0, listed.stderr
     components = json.loads(listed.stdout)["components"]
-    assert "tqc" in str(components["algorithm"]) and "TQCLoss" in str(components["loss"])
+    assert "tqc" in str(components["algorithm"])
+    assert "TQCLoss" in str(components["loss"]) and "tqc-loss" in str(components["loss"])
 
 
 @pytest.mark.slow

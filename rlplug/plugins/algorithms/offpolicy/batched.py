@@ -1,4 +1,4 @@
-"""Seeds of one off-policy recipe learning together (``rlplug run --seeds --batched``): SAC, DDPG, TD3 and DQN
+"""Seeds of one off-policy recipe learning together (``rlplug run --seeds --batched``): SAC, DDPG, TD3, TQC and DQN
 (not CrossQ: its batch-normalised critics' statistics are state that changes in every pass).
 
 Each seed's algorithm is built as its own run builds it and stays the source of truth: its replay buffer (seeded

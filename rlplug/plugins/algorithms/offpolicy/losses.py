@@ -264,12 +264,16 @@ class EntropyTerms(ActorCriticLoss):
             log_prob = dist.log_prob(action)
         return action, log_prob.float().reshape(-1, 1)
 
+    def actor_value(self, values: list[torch.Tensor]) -> torch.Tensor:
+        """What the actor ascends of the critics' ``values`` at its own actions: the lowest (SAC's twins)."""
+        return torch.stack([q.float() for q in values]).min(0).values
+
     def actor_terms(self, observation: torch.Tensor | ObservationSequence, action: torch.Tensor, log_prob: torch.Tensor,
                     alpha: torch.Tensor) -> dict[str, torch.Tensor]:
-        """For ``action`` drawn from the actor at ``observation``: ``loss_actor`` ``alpha log pi(a|s) - min Q(s,
-        a)`` (the critics held still), alpha and the entropy, ``loss_alpha`` ``-log alpha (log pi(a|s) + target
-        entropy)`` where alpha is learned."""
-        q_pi = torch.stack([q.float() for q in self.held_still.still(observation, action)]).min(0).values
+        """For ``action`` drawn from the actor at ``observation``: ``loss_actor`` ``alpha log pi(a|s) - Q(s, a)``
+        (Q the :meth:`actor_value` of the critics held still), alpha and the entropy, ``loss_alpha`` ``-log alpha
+        (log pi(a|s) + target entropy)`` where alpha is learned."""
+        q_pi = self.actor_value(self.held_still.still(observation, action))
         out = {"loss_actor": (alpha * log_prob - q_pi).mean(), "alpha": alpha, "entropy": -log_prob.detach().mean()}
         if self.learn_alpha:
             out["loss_alpha"] = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()

@@ -5,7 +5,8 @@ overestimation SAC's minimum of two critics fights, tuned by one number) and tra
 with the quantile Huber loss; the actor ascends the mean of all atoms minus ``alpha log pi``.
 
 The algorithm on the algorithm kit (:mod:`rlplug.algorithms`): its config and registration here (torch-free), its
-class and the build of TorchRL's ``TQCLoss`` in :mod:`.algorithm`. Each critic is the recipe's ``critic`` network
+class, rlplug's loss (``tqc-loss``, the default) and the builds of both losses, rlplug's and TorchRL's ``TQCLoss``,
+in :mod:`.algorithm`. Each critic is the recipe's ``critic`` network
 built for ``Role("q_value", outputs=quantiles)``.
 """
 
@@ -58,8 +59,9 @@ class TQCConfig(PolyakTargets, EntropyConfig):
     Each critic gives `quantiles` atoms; the target pools every target critic's atoms at the next state and drops
     the top_quantiles_to_drop_per_net x critics highest; the actor ascends the mean of all atoms."""
 
-    #: what each gradient step minimises: TorchRL's TQCLoss (built with these networks)
-    loss: Annotated[Loss, rlplug.Check(loss_fits("tqc"))] = named(Loss, "TQCLoss")
+    #: what each gradient step minimises: rlplug's TQC loss (seeds train together with it), or TorchRL's TQCLoss
+    #: (built with these networks)
+    loss: Annotated[Loss, rlplug.Check(loss_fits("tqc"))] = named(Loss, "tqc-loss")
     #: the critics of the ensemble (sb3-contrib's n_critics), each a copy of the critic network
     critics: Critics = 2
     #: the return quantiles (atoms) each critic gives (sb3-contrib's n_quantiles)
@@ -74,6 +76,16 @@ def tqc() -> type[TQC]:
 
 
 Alpha = Annotated[float, rlplug.Range(gt=0.0)]
+
+
+@serving("tqc")
+def make_tqc_objective(networks: ActorCriticNetworks, settings: Any, observation_spec, action_spec,
+                       device: str = "cpu"):
+    """rlplug's TQC loss: the critics' quantile Huber loss on the truncated pooled target atoms, the actor and the
+    entropy coefficient. Its options are the algorithm's."""
+    from rlplug.plugins.algorithms.tqc import algorithm
+
+    return algorithm.objective(networks, settings, observation_spec, action_spec)
 
 
 @serving("tqc")
@@ -101,4 +113,5 @@ def rlplug_register_algorithms(register):
 
 @rlplug.hookimpl
 def rlplug_register_losses(register):
+    register("tqc-loss", make_tqc_objective)
     register("TQCLoss", make_tqc_loss)
