@@ -70,9 +70,13 @@ class SACObjective(TargetCritics, EntropyTerms):
         action, log_prob = self.sample_actions(observation)
         with torch.no_grad():
             next_action, next_log_prob = self.sample_actions(next_observation)
-            target = sample.target(self.gamma, self.lower_target(next_observation, next_action) - alpha * next_log_prob)
+            target = sample.target(self.gamma, self.next_value(next_observation, next_action) - alpha * next_log_prob)
         critic, td_error = self.critic_term(sample, target)
         return {"loss_qvalue": critic, **self.actor_terms(observation, action, log_prob, alpha)}, td_error
+
+    def next_value(self, next_observation, next_action: torch.Tensor) -> torch.Tensor:
+        """What the target bootstraps from before the entropy bonus: the lower of the twin target critics."""
+        return self.lower_target(next_observation, next_action)
 
 
 def objective(networks: ActorCriticNetworks, settings: Any, observation_spec, action_spec) -> SACObjective:

@@ -56,27 +56,25 @@ class TQCObjective(SACObjective):
         """The mean of every critic's atoms: the policy reads the whole mixture, only the targets are cut."""
         return torch.stack([q.float() for q in values]).mean((0, -1)).unsqueeze(-1)
 
-    def terms(self, sample: Sample) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-        observation, next_observation = sample.observation, sample.next_observation
-        alpha = self.log_alpha.detach().exp()
-        action, log_prob = self.sample_actions(observation)
-        with torch.no_grad():
-            next_action, next_log_prob = self.sample_actions(next_observation)
-            pooled = torch.cat([q(next_observation, next_action).float() for q in self.target_q], -1)
-            kept = pooled.sort(-1).values[..., :pooled.shape[-1] - self.drop]
-            target = sample.target(self.gamma, kept - alpha * next_log_prob)  # [batch, kept atoms]
-        atoms = torch.stack([q(observation, sample.action).float() for q in self.q])  # [critics, batch, quantiles]
-        # every predicted atom against every kept target atom: [critics, batch, quantiles, kept]
-        delta = target.unsqueeze(0).unsqueeze(-2) - atoms.unsqueeze(-1)
+    def next_value(self, next_observation, next_action: torch.Tensor) -> torch.Tensor:
+        """Every target critic's atoms at the next state pooled, less the ``drop`` highest: ``[batch, kept]``."""
+        pooled = torch.cat([q(next_observation, next_action).float() for q in self.target_q], -1)
+        return pooled.sort(-1).values[..., :pooled.shape[-1] - self.drop]
+
+    def critic_term(self, sample: Sample, target: torch.Tensor,
+                    values: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each critic's quantile Huber loss, every predicted atom against every kept target atom, summed over the
+        critics; and each sample's priority, the largest of the critics' mean distances to the kept atoms."""
+        if values is None:
+            values = [q(sample.observation, sample.action) for q in self.q]
+        atoms = torch.stack([value.float() for value in values])  # [critics, batch, quantiles]
+        delta = target.unsqueeze(0).unsqueeze(-2) - atoms.unsqueeze(-1)  # [critics, batch, quantiles, kept]
         quantiles = atoms.shape[-1]
         fractions = (torch.arange(quantiles, device=atoms.device, dtype=atoms.dtype) + 0.5) / quantiles
         weights = (fractions.unsqueeze(-1) - (delta.detach() < 0).to(atoms.dtype)).abs()
         huber = torch.nn.functional.huber_loss(delta, torch.zeros_like(delta), reduction="none", delta=1.0)
-        per_sample = (weights * huber).mean((-1, -2)).sum(0).unsqueeze(-1)  # [batch, 1], summed over critics
-        # the priority of a sample: the largest of the critics' mean distances to the kept atoms (TQCLoss's)
-        td_error = delta.detach().abs().mean((-1, -2)).max(0).values.unsqueeze(-1)
-        return {"loss_qvalue": sample.mean(per_sample), **self.actor_terms(observation, action, log_prob, alpha)}, \
-            td_error
+        per_sample = (weights * huber).mean((-1, -2)).sum(0).unsqueeze(-1)  # [batch, 1]
+        return sample.mean(per_sample), delta.detach().abs().mean((-1, -2)).max(0).values.unsqueeze(-1)
 
 
 def objective(networks: ActorCriticNetworks, settings: Any, observation_spec, action_spec) -> TQCObjective:
