@@ -173,6 +173,9 @@ def test_a_suite_trains_its_seeds_reports_them_and_a_second_call_trains_nothing(
         returns = [json.loads((out / "runs" / name / f"seed-{seed}" / "summary.json").read_text())
                    ["eval_return_mean"] for seed in seeds]
         assert entry["returns"] == returns
+        trained = [json.loads((out / "runs" / name / f"seed-{seed}" / "summary.json").read_text())
+                   ["train_return_recent"] for seed in seeds]
+        assert entry["train_returns"] == trained and entry["train_mean"] == pytest.approx(float(np.mean(trained)))
         assert entry["iqm"] == pytest.approx(plain_iqm(returns))
         assert entry["mean"] == pytest.approx(float(np.mean(returns)))
         assert entry["ci"][0] <= entry["iqm"] <= entry["ci"][1]
@@ -184,6 +187,7 @@ def test_a_suite_trains_its_seeds_reports_them_and_a_second_call_trains_nothing(
     assert (out / "runs" / "cartpole-ppo" / "batched.json").is_file()
     table = (out / "report.md").read_text()
     assert "| cartpole-ppo | 1,024 | 2 |" in table and "| cartpole-ppo-slow-lr | 512 | 1 |" in table
+    assert "| training mean |" in table
     assert "![" in table and (out / "report.png").stat().st_size > 0
 
     runs = sorted(out.glob("runs/*/seed-*"))

@@ -675,6 +675,8 @@ class EntryRuns:
 
     seeds: list[int]
     returns: list[float]
+    #: each seed's recent training return (summary.json's train_return_recent; None where it has none)
+    train_returns: list[float | None]
     pending: list[int]
     diverged: list[int]
     group: set[int]
@@ -685,6 +687,7 @@ class EntryRuns:
     def read(cls, entry: Entry, out: Path) -> EntryRuns:
         group = set(batched_seeds(entry.folder(out)))
         seeds, returns, pending, diverged = [], [], [], []
+        train_returns: list[float | None] = []
         walls: dict[int, float] = {}
         frames = 0
         for seed in entry.seeds:
@@ -695,6 +698,8 @@ class EntryRuns:
             if state == "done" and isinstance(value, (int, float)):
                 seeds.append(seed)
                 returns.append(float(value))
+                trained = summary.get("train_return_recent")
+                train_returns.append(float(trained) if isinstance(trained, (int, float)) else None)
                 walls[seed] = float(summary.get("wall_time_s") or 0.0)
                 frames += int(summary.get("frames") or 0)
             elif state == "diverged":
@@ -704,7 +709,7 @@ class EntryRuns:
         # seeds trained together each count the whole group's seconds: counted once
         together = [walls[seed] for seed in seeds if seed in group]
         wall = sum(walls[seed] for seed in seeds if seed not in group) + (max(together) if together else 0.0)
-        return cls(seeds, returns, pending, diverged, group, wall, frames)
+        return cls(seeds, returns, train_returns, pending, diverged, group, wall, frames)
 
     @property
     def frames_per_s(self) -> float | None:
@@ -722,6 +727,7 @@ def entry_report(entry: Entry, out: Path, failure: str | None = None) -> dict[st
     result: dict[str, Any] = {
         "name": entry.name, "recipe": entry.recipe, "set": entry.overrides, "frames": entry.frames,
         "seeds": seeds, "returns": returns, **stats,
+        "train_returns": runs.train_returns, "train_mean": train_mean(runs.train_returns),
         "reference": {"score": reference.score, "source": reference.source} if reference else None,
         "ratio": ratio(stats["iqm"], reference.score) if reference else None,
         "ratio_ci": [ratio(stats["ci"][0], reference.score), ratio(stats["ci"][1], reference.score)]
@@ -733,6 +739,14 @@ def entry_report(entry: Entry, out: Path, failure: str | None = None) -> dict[st
     if failure is not None:
         result["error"] = failure
     return result
+
+
+def train_mean(train_returns: Sequence[float | None]) -> float | None:
+    """The seeds' mean recent training return, the measure of references that report training episodes
+    (CleanRL's); None unless every seed has one."""
+    if not train_returns or any(value is None for value in train_returns):
+        return None
+    return round(sum(value for value in train_returns if value is not None) / len(train_returns), 6)
 
 
 def write_report(suite: Suite, out: Path, *, command: str, failed: dict[str, str] | None = None) -> list[Path]:
@@ -748,6 +762,9 @@ def write_report(suite: Suite, out: Path, *, command: str, failed: dict[str, str
         "written": datetime.now(UTC).isoformat(timespec="seconds"), "rlplug_version": __version__,
         "returns": "each seed's final evaluation return: summary.json's eval_return_mean, the mean over "
                    "eval.episodes episodes of the deterministic policy at the end of training",
+        "train_returns": "each seed's recent training return: summary.json's train_return_recent, the env's own "
+                         "rewards over the last training episodes of the exploring policy (the measure of "
+                         "references that report training episodes); train_mean is their mean",
         "ratio": RATIO_MEANING,
         "bootstrap": {"library": "rliable", "method": "stratified bootstrap, percentile intervals",
                       "reps": BOOTSTRAP_REPS, "confidence": CONFIDENCE, "seed": BOOTSTRAP_SEED},
@@ -775,8 +792,9 @@ def markdown(report: dict[str, Any], plot: Path | None) -> str:
     if report["description"]:
         lines += [report["description"].strip(), ""]
     lines += [f"`{report['command']}`, written {report['written']} by rlplug {report['rlplug_version']}.", "",
-              "| entry | frames | seeds | IQM [95% CI] | mean | reference | ratio [95% CI] | wall s | frames/s |",
-              "|---|---:|---:|---|---:|---:|---|---:|---:|"]
+              "| entry | frames | seeds | IQM [95% CI] | mean | training mean | reference | ratio [95% CI] | wall s "
+              "| frames/s |",
+              "|---|---:|---:|---|---:|---:|---:|---|---:|---:|"]
     notes = []
     for entry in report["entries"]:
         iqm = "-" if entry["iqm"] is None else \
@@ -787,8 +805,8 @@ def markdown(report: dict[str, Any], plot: Path | None) -> str:
             ratio_text += f" [{entry['ratio_ci'][0]:.2f}, {entry['ratio_ci'][1]:.2f}]"
         frames_per_s = "-" if entry["frames_per_s"] is None else f"{entry['frames_per_s']:,.0f}"
         lines.append(f"| {entry['name']} | {entry['frames']:,} | {len(entry['seeds'])} | {iqm} | "
-                     f"{number(entry['mean'])} | {reference} | {ratio_text} | {entry['wall_s']:,.0f} | "
-                     f"{frames_per_s} |")
+                     f"{number(entry['mean'])} | {number(entry['train_mean'])} | {reference} | {ratio_text} | "
+                     f"{entry['wall_s']:,.0f} | {frames_per_s} |")
         missing = []
         if entry["pending"]:
             missing.append(f"seed{'s' * (len(entry['pending']) > 1)} {', '.join(map(str, entry['pending']))} "
@@ -803,7 +821,10 @@ def markdown(report: dict[str, Any], plot: Path | None) -> str:
     lines += [""]
     if notes:
         lines += ["Not in the table's figures:", "", *notes, ""]
-    lines += [f"Returns: {report['returns']}. IQM and mean with 95% intervals from rliable's stratified bootstrap "
+    lines += [f"Returns: {report['returns']}. Training mean: the mean of each seed's recent training return "
+              f"(summary.json's train_return_recent, the env's own rewards over its last training episodes: the "
+              f"measure of references that report training episodes). IQM and mean with 95% intervals from "
+              f"rliable's stratified bootstrap "
               f"({report['bootstrap']['reps']} samples). Wall s: seconds of training (building and start-up "
               f"aside), seeds trained together counted once; frames/s: every seed's frames over that.", "",
               f"Ratio: {RATIO_MEANING}.", ""]
