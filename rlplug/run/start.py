@@ -24,7 +24,6 @@ from rlplug.run.trainer import Run
 Trainable = Run | BatchedRun | SeedRuns
 
 
-
 @overload
 def build(recipes: Recipe, out: Path, *, batched: bool = ..., gap_threshold: float | None = ...,
           file: str | None = ..., init_from: Source | None = ...) -> Run: ...
