@@ -11,6 +11,7 @@ import difflib
 import re
 import warnings
 from collections.abc import Iterable
+from typing import Any
 
 #: Characters a message shows escaped: C0 and C1 controls (a newline in a key, say), line and paragraph
 #: separators, and the invisible format characters that reorder or hide text on a terminal (bidirectional
@@ -106,8 +107,11 @@ def did_you_mean(word: str, candidates: Iterable[str]) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
-def numbers(values: Iterable[float]) -> str:
-    """Numbers as a message shows them, three significant digits each: ``[-2, 2]``."""
+def numbers(values: Any) -> str:
+    """Numbers as a message shows them, three significant digits each: ``[-2, 2]``; ``values`` any iterable of
+    numbers, or an array or tensor of any shape (read flattened)."""
+    if hasattr(values, "reshape"):
+        values = values.reshape(-1).tolist()
     return "[" + ", ".join(f"{float(v):.3g}" for v in values) + "]"
 
 

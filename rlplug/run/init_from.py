@@ -117,12 +117,8 @@ def bounds_problem(theirs: dict[str, torch.Tensor] | None, ours: dict[str, torch
     if bool(((theirs["low"] - ours["low"]).abs() <= tolerance).all()
             and ((theirs["high"] - ours["high"]).abs() <= tolerance).all()):
         return None
-
-    def shown(values: torch.Tensor) -> str:
-        return numbers(values.reshape(-1).tolist())
-
-    return (f"its env acted within {shown(theirs['low'])} to {shown(theirs['high'])} and this recipe's env acts "
-            f"within {shown(ours['low'])} to {shown(ours['high'])}, so its weights would act at another scale; "
+    return (f"its env acted within {numbers(theirs['low'])} to {numbers(theirs['high'])} and this recipe's env acts "
+            f"within {numbers(ours['low'])} to {numbers(ours['high'])}, so its weights would act at another scale; "
             f"give this recipe's env the source's range (for a run trained with dataset.rescale_actions, gymnasium's "
             f"RescaleAction to [-1, 1] in env.wrappers)")
 

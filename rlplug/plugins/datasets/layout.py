@@ -57,12 +57,9 @@ def refuse_actions_out_of_bounds(action: torch.Tensor, observation_spec, action_
     low, high = (bound.to(action) for bound in bounds)
     slack = 1e-3 * (high - low)
     if bool(((action < low - slack) | (action > high + slack)).any()):
-        def shown(values: torch.Tensor) -> str:
-            return numbers(values.reshape(-1).tolist())
-
         unit = bool((low == -1).all() and (high == 1).all())
         remedy = (f"{RESCALE_KEYS[path]} = true maps them onto [-1, 1]" if unit and path in RESCALE_KEYS else
                   "record it on this env, wrappers and all")
-        raise UserError(f"the dataset's actions reach {shown(action.amin(0))} to {shown(action.amax(0))} and the "
-                        f"env's bounds are {shown(low)} to {shown(high)}: they were recorded in another action "
+        raise UserError(f"the dataset's actions reach {numbers(action.amin(0))} to {numbers(action.amax(0))} and "
+                        f"the env's bounds are {numbers(low)} to {numbers(high)}: they were recorded in another action "
                         f"range; {remedy}", path=path)
