@@ -41,6 +41,15 @@ def huber(delta: torch.Tensor) -> torch.Tensor:
     return torch.where(delta.abs() <= 1, 0.5 * delta**2, delta.abs() - 0.5)
 
 
+def tqc_networks(seed: int, critics: int, quantiles: int) -> dict:
+    """A tanh-Gaussian actor and ``critics`` critics of ``quantiles`` atoms, each its own seeded parameters."""
+    torch.manual_seed(seed)
+    actor = rlplug.make("network", "mlp", role="policy", hidden=[16], log_std="state", squash="tanh",
+                        **specs("continuous"))
+    built = [critic_of_quantiles(quantiles, seed + 1 + i) for i in range(critics)]
+    return {"policy": actor, "critic": built[0], "critics": built}
+
+
 def critic_parameters(loss, built: list) -> tuple[list, list]:
     """Each critic's online and target parameters, as TensorDicts: TorchRL's TQCLoss keeps them stacked, rlplug's
     tqc-loss keeps the critics themselves and a target copy of each."""
@@ -55,12 +64,10 @@ def critic_parameters(loss, built: list) -> tuple[list, list]:
 @pytest.mark.parametrize("seed, critics, quantiles, drop", [(0, 2, 5, 2), (1, 3, 4, 1), (2, 2, 6, 0)])
 def test_tqc_loss_terms_match_a_plain_reference(monkeypatch, name, seed, critics, quantiles, drop):
     monkeypatch.setattr(torch.distributions.Normal, "rsample", noise_of_its_shape)  # known actions
-    torch.manual_seed(seed)
-    actor = rlplug.make("network", "mlp", role="policy", hidden=[16], log_std="state", squash="tanh",
-                        **specs("continuous"))
-    built = [critic_of_quantiles(quantiles, seed + 1 + i) for i in range(critics)]
-    loss = loss_of(name, {"policy": actor, "critic": built[0], "critics": built}, "continuous",
-                   critics=critics, quantiles=quantiles, top_quantiles_to_drop_per_net=drop)
+    networks = tqc_networks(seed, critics, quantiles)
+    actor, built = networks["policy"], networks["critics"]
+    loss = loss_of(name, networks, "continuous", critics=critics, quantiles=quantiles,
+                   top_quantiles_to_drop_per_net=drop)
     online, targets = critic_parameters(loss, built)
     sample = replay_sample("continuous", 8, seed)
     for i, critic in enumerate(built):  # each critic its own parameters, not copies of the first
@@ -112,11 +119,8 @@ def test_tqc_loss_is_torchrls_tqc_loss_in_terms_gradients_and_priorities(monkeyp
     gradient of their sum for the actor, each critic and alpha, and the priorities written back. (Prioritised
     replay's weights average as in every rlplug loss, ``mean(w * loss)``; TorchRL's divide by ``sum(w)``.)"""
     monkeypatch.setattr(torch.distributions.Normal, "rsample", noise_of_its_shape)  # known actions
-    torch.manual_seed(seed)
-    actor = rlplug.make("network", "mlp", role="policy", hidden=[16], log_std="state", squash="tanh",
-                        **specs("continuous"))
-    built = [critic_of_quantiles(quantiles, seed + 1 + i) for i in range(critics)]
-    networks = {"policy": actor, "critic": built[0], "critics": built}
+    networks = tqc_networks(seed, critics, quantiles)
+    actor, built = networks["policy"], networks["critics"]
     keys = dict(critics=critics, quantiles=quantiles, top_quantiles_to_drop_per_net=drop)
     theirs = loss_of("TQCLoss", networks, "continuous", **keys)
     ours = loss_of("tqc-loss", networks, "continuous", **keys)
