@@ -113,7 +113,7 @@ def test_a_missing_suite_an_unknown_only_and_a_foreign_out_are_one_line_errors(t
     assert [p.name for p in (tmp_path / "other").iterdir()] == ["notes.txt"]
 
 
-@pytest.mark.parametrize("name", ["classic", "minatar", "mujoco", "dmc"])
+@pytest.mark.parametrize("name", sorted(path.stem for path in SUITES.glob("*.toml")))
 def test_the_shipped_suites_validate_and_each_reference_names_its_source(tmp_path, name):
     """Every entry's recipe loads for every seed (checked by a dry run, which writes nothing), and every entry
     but those of NO_REFERENCE has a reference whose source names where the score is from."""
