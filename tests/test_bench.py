@@ -224,7 +224,10 @@ def test_a_sigterm_stops_the_bench_with_a_checkpoint_and_the_next_call_resumes_t
     assert "run the same command again to continue" in stderr and "Traceback" not in stderr
     stopped = json.loads((run_dir / "summary.json").read_text())
     assert (stopped["status"], stopped["signal"]) == ("interrupted", "SIGTERM")
-    assert 0 < stopped["frames"] < 20480 and not (out / "report.json").exists()
+    assert 0 < stopped["frames"] < 20480
+    so_far = json.loads((out / "report.json").read_text())["entries"][0]  # the stopped seed counted as not finished
+    assert (so_far["returns"], so_far["pending"], so_far["iqm"]) == ([], [0], None)
+    assert "seed 0 not finished" in (out / "report.md").read_text() and str(out / "report.md") in stderr
 
     result = run_cli("bench", str(suite), "--out", str(out), timeout=600)
     assert result.returncode == 0, result.stderr

@@ -93,11 +93,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
             + (f" in {min(args.jobs, len(units))} processes" if args.jobs > 1 and len(units) > 1 else "")
             + ("" if units else "; nothing to train"))
         outcome = bench.train(units, out, jobs=args.jobs, command=lambda unit: worker_command(args, unit.key))
-        if outcome.status:
-            print(f"bench: stopped; every run keeps its latest checkpoint: run the same command again to "
-                  f"continue ({command_line(args)})", file=sys.stderr, flush=True)
-            return outcome.status
         written = bench.write_report(suite, out, command=command_line(args), failed=outcome.failed)
+        if outcome.status:  # the report so far: the finished seeds, the others listed as not finished
+            print(f"bench: stopped; every run keeps its latest checkpoint: run the same command again to "
+                  f"continue ({command_line(args)}); the report so far: {written[1]}", file=sys.stderr, flush=True)
+            return outcome.status
     say(f"bench: report: {', '.join(map(str, written))}")
     for entry in entries:
         show(bench.entry_report(entry, out, outcome.failed.get(entry.name)))
