@@ -200,6 +200,35 @@ def test_rescale_actions_maps_the_datasets_bounds_onto_those_of_the_env_it_wraps
         rescaled.close(abandon=True)
 
 
+def test_rescaled_actions_need_an_env_acting_in_unit_range_whichever_env_the_data_names(tmp_path):
+    """Actions mapped onto [-1, 1] fit inside Pendulum's [-2, 2] and would be read there as other actions: an env
+    not acting in [-1, 1] is refused at the rescale key, for a recipe's own [env] and for a dataset recorded on an
+    env other than gymnasium's (which no wrapper is added to); given an env acting in [-1, 1], such a dataset is
+    learned from."""
+    from rlplug.errors import UserError
+
+    dataset = synthetic(tmp_path / "random-v0")
+    plain_env = 'env={use="gym", id="Pendulum-v1"}'
+    with pytest.raises(UserError, match=r"mapped onto \[-1, 1\] and the env acts in \[-2\] to \[2\]: give the env "
+                                        r"gymnasium's RescaleAction") as refused:
+        built("bc", dataset, tmp_path / "own-env", "dataset.rescale_actions=true", plain_env)
+    assert refused.value.path == "dataset.rescale_actions"
+    torch_classic = synthetic(tmp_path / "torch-classic-v0")  # as if recorded on rlplug's torch-classic Pendulum
+    metadata_file = torch_classic / "data" / "metadata.json"
+    metadata = json.loads(metadata_file.read_text())
+    metadata_file.write_text(json.dumps({**metadata, "rlplug_env": json.dumps({"use": "torch-classic",
+                                                                               "id": "Pendulum-v1"})}))
+    with pytest.raises(UserError, match=r"the env acts in \[-2\] to \[2\]") as refused:
+        built("bc", torch_classic, tmp_path / "recorded-env", "dataset.rescale_actions=true")
+    assert refused.value.path == "dataset.rescale_actions"
+    run = built("bc", torch_classic, tmp_path / "unit-env", "dataset.rescale_actions=true",
+                f'env={{use="gym", id="Pendulum-v1", wrappers=[{UNIT_WRAPPER}]}}')
+    try:
+        assert run.algorithm.replay.transitions.get("action").abs().max().item() <= 1.0
+    finally:
+        run.close(abandon=True)
+
+
 def test_cqls_actor_clones_the_data_for_its_first_bc_steps(tmp_path):
     """Known input: with bc_steps = 1 the first gradient step trains the actor on CQLLoss's loss_actor_bc (the
     data's log-likelihood) and not on loss_actor (the critics' values), and the second on loss_actor; the
@@ -391,6 +420,10 @@ def test_prefill_mistakes_are_one_line(recorded, tmp_path):
                    "algorithm.replay_buffer.prefill: the dataset's actions reach", "record it on this env")
     one_line_error(run_cli("run", recipe, *uniform, "--set", "algorithm.replay_buffer.prefill_rescale_actions=true"),
                    "algorithm.replay_buffer.prefill_rescale_actions: there is no prefill dataset to rescale")
+    one_line_error(run_cli("run", recipe, *uniform, "--set", f"algorithm.replay_buffer.prefill={wide}",
+                           "--set", "algorithm.replay_buffer.prefill_rescale_actions=true"),
+                   "algorithm.replay_buffer.prefill_rescale_actions: the dataset's actions are mapped onto [-1, 1] "
+                   "and the env acts in [-2] to [2]")
     assert not out.exists()
 
 

@@ -18,6 +18,7 @@ from tensordict import TensorDict, TensorDictBase
 from rlplug.core.episodes import EpisodeTracker
 from rlplug.errors import UserError
 from rlplug.plugins.datasets.layout import laid_out
+from rlplug.plugins.datasets.minari_format import MinariData
 from rlplug.recipe import Recipe
 from rlplug.registry import protocols
 from rlplug.registry.protocols import capability
@@ -60,7 +61,9 @@ def read_dataset(recipe: Recipe, env) -> TensorDictBase:
         raise UserError(f"the dataset was recorded on {recorded_on} and this recipe's env is {trained_on}: an "
                         f"offline run learns from its own env's data (leave [env] out to evaluate on "
                         f"{recorded_on})", path="dataset")
-    return laid_out(dataset.transitions(str(recipe.run.device)), env.observation_spec, env.action_spec, "dataset")
+    rescaled = isinstance(dataset, MinariData) and dataset.rescaled_from is not None
+    return laid_out(dataset.transitions(str(recipe.run.device)), env.observation_spec, env.action_spec, "dataset",
+                    rescaled=rescaled)
 
 
 def offline_collector(recipe: Recipe, algorithm: protocols.Algorithm, transitions: TensorDictBase) -> OfflineCollector:

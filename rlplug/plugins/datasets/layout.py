@@ -13,9 +13,11 @@ from rlplug.networks import observation_key
 from rlplug.plugins.datasets.minari_format import RESCALE_KEYS
 
 
-def laid_out(transitions: TensorDictBase, observation_spec, action_spec, path: str) -> TensorDictBase:
+def laid_out(transitions: TensorDictBase, observation_spec, action_spec, path: str, *,
+             rescaled: bool = False) -> TensorDictBase:
     """``transitions`` fitted to one env's specs (``observation_spec``'s batch dims are the env's copies); one
-    line at ``path`` where they do not fit."""
+    line at ``path`` where they do not fit. ``rescaled``: their actions were mapped onto [-1, 1], so the env must
+    act there (inside wider bounds they would fit and mean other actions)."""
     dims = len(observation_spec.shape)
     observation_shape = tuple(observation_spec[observation_key(observation_spec)].shape[dims:])
     recorded = tuple(transitions.get("observation").shape[1:])
@@ -42,6 +44,8 @@ def laid_out(transitions: TensorDictBase, observation_spec, action_spec, path: s
     elif tuple(action.shape[1:]) != action_shape:
         raise UserError(f"the dataset's actions are of shape {list(action.shape[1:])} and the env's of "
                         f"{list(action_shape)}: it was recorded on another env", path=path)
+    elif rescaled:
+        refuse_env_not_in_unit_range(observation_spec, action_spec, RESCALE_KEYS[path])
     else:
         refuse_actions_out_of_bounds(action, observation_spec, action_spec, path)
     transitions.set("action", action)
@@ -63,3 +67,17 @@ def refuse_actions_out_of_bounds(action: torch.Tensor, observation_spec, action_
         raise UserError(f"the dataset's actions reach {numbers(action.amin(0))} to {numbers(action.amax(0))} and "
                         f"the env's bounds are {numbers(low)} to {numbers(high)}: they were recorded in another action "
                         f"range; {remedy}", path=path)
+
+
+def refuse_env_not_in_unit_range(observation_spec, action_spec, key: str) -> None:
+    """An env whose continuous actions are not bounded by [-1, 1], for data rescaled onto [-1, 1]: one line at
+    ``key``."""
+    bounds = action_bounds(observation_spec, action_spec)
+    if bounds is not None and all(torch.allclose(bound, torch.full_like(bound, value))
+                                  for bound, value in zip(bounds, (-1.0, 1.0))):
+        return
+    acts = "in unbounded actions" if bounds is None else f"in {numbers(bounds[0])} to {numbers(bounds[1])}"
+    raise UserError(f"the dataset's actions are mapped onto [-1, 1] and the env acts {acts}: give the env "
+                    f"gymnasium's RescaleAction (env.wrappers: {{name = \"RescaleAction\", kwargs = {{min_action = "
+                    f"-1.0, max_action = 1.0}}}}), or leave this out", path=key)
+

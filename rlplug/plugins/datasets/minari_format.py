@@ -153,13 +153,11 @@ class MinariData:
         self.rescaled_from = bounds_to_rescale(self.metadata, rescale_key) if rescale_actions else None
 
     def env_table(self) -> dict[str, Any] | None:
+        """The env recorded on; with rescaled actions, a gymnasium one wrapped to act in [-1, 1] too (another
+        kind of env as recorded: the run refuses it in one line unless it acts in [-1, 1])."""
         table = env_table(self.metadata)
-        if table is None or self.rescaled_from is None:
+        if table is None or self.rescaled_from is None or table.get("use") not in ("gym", "rlplug:gym"):
             return table
-        if table.get("use") not in ("gym", "rlplug:gym"):
-            raise UserError(f"rescale_actions wraps a gymnasium env in RescaleAction and the dataset's env is "
-                            f"'{table.get('use')}': give the recipe an [env] acting in [-1, 1]",
-                            path="dataset.rescale_actions")
         return {**table, "wrappers": [*(table.get("wrappers") or []), UNIT_ACTIONS]}
 
     def transitions(self, device: str):

@@ -119,7 +119,8 @@ def prefilled(buffer, prefill: str | None, rescale_actions: bool, observation_sp
     if observation_spec is None or action_spec is None:
         raise UserError("prefill fits the dataset to the env's specs, which this buffer was not given", path=key)
     data = MinariData(Path(prefill), key, rescale_actions=rescale_actions, rescale_key=RESCALE_KEYS[key])
-    transitions = laid_out(data.transitions(device), observation_spec, action_spec, key)
+    transitions = laid_out(data.transitions(device), observation_spec, action_spec, key,
+                           rescaled=data.rescaled_from is not None)
     buffer.extend(transitions.select("observation", "action", ("next", "observation"), ("next", "reward"),
                                      ("next", "terminated")))
     return buffer
