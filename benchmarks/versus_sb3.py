@@ -2,6 +2,7 @@
 
 Workloads: ``ppo-cartpole`` (the canonical recipe against SB3 PPO with the same rl-baselines3-zoo
 hyperparameters), ``ddpg-pendulum`` (``recipes/pendulum-ddpg.toml`` against SB3 DDPG with the recipe's
+hyperparameters), ``sac-pendulum`` (``recipes/pendulum-sac.toml`` against SB3 SAC with the recipe's
 hyperparameters) and ``dqn-cartpole`` (``recipes/cartpole-dqn.toml`` against SB3 DQN with the zoo's settings the
 recipe starts from) and ``ppo-lstm-cartpole-novel`` (``recipes/cartpole-novel-ppo-lstm.toml`` against
 sb3-contrib's RecurrentPPO with the recipe's hyperparameters) and ``sac-gsde-mountaincar``
@@ -70,6 +71,9 @@ WORKLOADS = {
     # the SB3 peer evaluates once, at the end: so does rlplug here (the recipe also evaluates every 5k frames)
     "ddpg-pendulum": Workload("recipes/pendulum-ddpg.toml", "benchmarks/peers/sb3_ddpg_pendulum.py", 20_000, -250.0,
                               same_work=("eval.every_frames=0",)),
+    # -250: issue 5's threshold for the Pendulum recipes at 20k frames; SB3 SAC with the recipe's hyperparameters
+    "sac-pendulum": Workload("recipes/pendulum-sac.toml", "benchmarks/peers/sb3_sac_pendulum.py", 20_000, -250.0,
+                             same_work=("eval.every_frames=0",)),
     # 400: issue 15's threshold for cartpole-dqn; SB3 runs the zoo's settings, the recipe changes three of them
     # (double DQN, a cosine learning rate, 256 gradient steps a round: benchmarks/peers/sb3_dqn_cartpole.py)
     "dqn-cartpole": Workload("recipes/cartpole-dqn.toml", "benchmarks/peers/sb3_dqn_cartpole.py", 50_000, 400.0,
