@@ -13,6 +13,7 @@ import torch.distributions.normal as normal_module
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 import rlplug
+from rlplug.core.acting import TanhNormalSampling
 from rlplug.plugins.algorithms.offpolicy import batched as offpolicy_batched
 from rlplug.recipe import load
 from rlplug.run.batched import BatchedRun
@@ -62,6 +63,8 @@ def test_a_stacked_gradient_step_is_each_seeds_own(recipe, overrides, monkeypatc
     the critic), clipping over all seeds, optimiser state not per seed, targets moved wrong or not per seed."""
     monkeypatch.setattr(normal_module, "_standard_normal", fixed_noise)
     monkeypatch.setattr(offpolicy_batched, "_standard_normal", fixed_noise)
+    monkeypatch.setattr(TanhNormalSampling, "noise", staticmethod(lambda shape, like: fixed_noise(shape, like.dtype,
+                                                                                                 like.device)))
     seeds = [0, 5, 9]
     overrides = [*SMALL, *overrides]
     together_built = [built_algorithm(recipe, seed, overrides, batches=2) for seed in seeds]

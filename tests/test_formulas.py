@@ -65,12 +65,24 @@ def test_td3_seeds_trained_together_move_their_actors_and_targets_every_policy_d
 
 # -- SAC: rlplug's sac-loss is TorchRL's SACLoss -------------------------------------------------------------
 
+def fixed_noise(shape: torch.Size, like: torch.Tensor) -> torch.Tensor:
+    """Noise fixed by its shape: the losses draw their actions in different orders (TorchRL's the next ones
+    first), and this gives every one the same actions."""
+    return torch.linspace(-1.5, 1.5, shape.numel(), dtype=like.dtype, device=like.device).reshape(shape)
+
+
 def noise_of_its_shape(self, sample_shape=()) -> torch.Tensor:
-    """``Normal.rsample`` with noise fixed by the sample's shape: the two losses draw their actions in different
-    orders (TorchRL's the next ones first), and this gives both the same actions."""
-    shape = torch.Size(sample_shape) + self.batch_shape
-    noise = torch.linspace(-1.5, 1.5, shape.numel(), dtype=self.loc.dtype, device=self.loc.device)
-    return self.loc + noise.reshape(shape) * self.scale
+    """``Normal.rsample`` (TorchRL's losses' TanhNormal) with :func:`fixed_noise`."""
+    return self.loc + fixed_noise(torch.Size(sample_shape) + self.batch_shape, self.loc) * self.scale
+
+
+def known_actions(monkeypatch) -> None:
+    """Every tanh-normal action drawn with :func:`fixed_noise`: TorchRL's (through ``Normal.rsample``) and
+    rlplug's (``TanhNormalSampling.noise``)."""
+    from rlplug.core.acting import TanhNormalSampling
+
+    monkeypatch.setattr(torch.distributions.Normal, "rsample", noise_of_its_shape)
+    monkeypatch.setattr(TanhNormalSampling, "noise", staticmethod(fixed_noise))
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -78,7 +90,7 @@ def test_our_sac_loss_is_torchrls_sac_loss_with_twin_critics_that_disagree(monke
     """The same actor, the same two critics (TorchRL's twins made ours, and their targets), the same sample and
     the same actions: every loss term and every gradient (actor, both critics, the temperature) equal. The
     target bootstraps from the lower twin in both; its mean, or one twin, gives other critic terms."""
-    monkeypatch.setattr(torch.distributions.Normal, "rsample", noise_of_its_shape)
+    known_actions(monkeypatch)
     actor = network("policy", "continuous", seed)
     critics = [network("q_value", "continuous", seed + 1), network("q_value", "continuous", seed + 2)]
     networks = {"policy": actor, "critic": critics[0], "critics": critics}

@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import ROOT, one_line_error, run_cli
 from tensordict import TensorDict
-from test_formulas import noise_of_its_shape
+from test_formulas import known_actions
 from test_offpolicy_losses import loss_of, network, replay_sample
 
 REDQ = ROOT / "recipes" / "pendulum-redq.toml"
@@ -30,7 +30,7 @@ def q_value(critic, parameters, observation, action) -> torch.Tensor:
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 def test_redq_loss_terms_match_a_plain_reference(monkeypatch, seed):
-    monkeypatch.setattr(torch.distributions.Normal, "rsample", noise_of_its_shape)  # known actions
+    known_actions(monkeypatch)
     actor, critic = network("policy", "continuous", seed), network("q_value", "continuous", seed + 1)
     critics, subset_size = 4, 2
     loss = loss_of("REDQLoss", {"policy": actor, "critic": critic, "critics": [critic]}, "continuous",

@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import ROOT, one_line_error, run_cli, stopped_then_set_and_resumed
 from tensordict import TensorDict
-from test_formulas import noise_of_its_shape
+from test_formulas import known_actions
 from test_offpolicy_losses import loss_of, replay_sample, specs
 
 import rlplug
@@ -63,7 +63,7 @@ def critic_parameters(loss, built: list) -> tuple[list, list]:
 @pytest.mark.parametrize("name", ["tqc-loss", "TQCLoss"])
 @pytest.mark.parametrize("seed, critics, quantiles, drop", [(0, 2, 5, 2), (1, 3, 4, 1), (2, 2, 6, 0)])
 def test_tqc_loss_terms_match_a_plain_reference(monkeypatch, name, seed, critics, quantiles, drop):
-    monkeypatch.setattr(torch.distributions.Normal, "rsample", noise_of_its_shape)  # known actions
+    known_actions(monkeypatch)
     networks = tqc_networks(seed, critics, quantiles)
     actor, built = networks["policy"], networks["critics"]
     loss = loss_of(name, networks, "continuous", critics=critics, quantiles=quantiles,
@@ -118,7 +118,7 @@ def test_tqc_loss_is_torchrls_tqc_loss_in_terms_gradients_and_priorities(monkeyp
     """rlplug's tqc-loss against TorchRL's TQCLoss on the same networks, targets and actions: every term, the
     gradient of their sum for the actor, each critic and alpha, and the priorities written back. (Prioritised
     replay's weights average as in every rlplug loss, ``mean(w * loss)``; TorchRL's divide by ``sum(w)``.)"""
-    monkeypatch.setattr(torch.distributions.Normal, "rsample", noise_of_its_shape)  # known actions
+    known_actions(monkeypatch)
     networks = tqc_networks(seed, critics, quantiles)
     actor, built = networks["policy"], networks["critics"]
     keys = dict(critics=critics, quantiles=quantiles, top_quantiles_to_drop_per_net=drop)

@@ -17,8 +17,9 @@ import torch
 from tensordict import TensorDict
 from tensordict.nn import ProbabilisticTensorDictModule, TensorDictModule, TensorDictModuleBase, TensorDictSequential
 from torch.distributions import Categorical, Distribution, OneHotCategorical
-from torchrl.modules import MaskedOneHotCategorical
+from torchrl.modules import MaskedOneHotCategorical, TanhNormal
 from torchrl.modules import OneHotCategorical as TorchRLOneHotCategorical
+from torchrl.modules.distributions.continuous import SafeTanhTransform
 
 from rlplug.core.masks import masked_logits
 from rlplug.core.observations import CRITIC_OBSERVATION
@@ -49,11 +50,15 @@ class ActorView:
     categorical: bool = field(init=False)
     #: whether actions are one-hot vectors (TorchRL's layout for gymnasium's Discrete spaces)
     one_hot: bool = field(init=False)
+    #: a TanhNormal head's sampling as formulas (:class:`TanhNormalSampling`), or None
+    tanh_normal: TanhNormalSampling | None = field(init=False)
 
     def __post_init__(self) -> None:
         # read once, not per call: the update's hot loop reads them every minibatch
         self.categorical = self.param_keys == ("logits",) and issubclass(self.distribution_class, CATEGORICALS)
         self.one_hot = issubclass(self.distribution_class, ONE_HOT)
+        self.tanh_normal = TanhNormalSampling.of(self.distribution_class, self.distribution_kwargs) \
+            if self.param_keys == ("loc", "scale") and not self.mask_key else None
 
     @classmethod
     def of(cls, actor: TensorDictModuleBase) -> ActorView:
@@ -79,6 +84,18 @@ class ActorView:
         params = params if isinstance(params, tuple) else (params,)
         masked = {"mask": self.required(mask)} if self.mask_key else {}
         return self.distribution_class(**dict(zip(self.param_keys, params)), **masked, **self.distribution_kwargs)
+
+    def rsample_and_log_prob(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised action and its log-probability, scored on the same pre-tanh sample where the
+        distribution has one (TanhNormal's ``rsample_and_log_prob``, its numbers computed without building it)."""
+        if self.tanh_normal is not None:
+            loc, scale = self.params_module(observation)
+            return self.tanh_normal.rsample_and_log_prob(loc, scale)
+        dist = self.distribution(observation)
+        if hasattr(dist, "rsample_and_log_prob"):
+            return dist.rsample_and_log_prob()
+        action = dist.rsample()
+        return action, dist.log_prob(action)
 
     def required(self, mask: torch.Tensor | None) -> torch.Tensor:
         """``mask`` as the head reads it; a masked head acting without one would choose disallowed actions."""
@@ -115,6 +132,55 @@ class ActorView:
             index = torch.multinomial(log_probs.exp().reshape(-1, log_probs.shape[-1]), 1)
             index = index.reshape(*log_probs.shape[:-1], 1)
         return index.squeeze(-1), log_probs.gather(-1, index).squeeze(-1), log_probs.shape[-1]
+
+
+class TanhNormalSampling:
+    """TorchRL's ``TanhNormal`` (without location scaling, with its safe tanh: the way rlplug's heads build it),
+    its ``rsample_and_log_prob`` as formulas on ``loc`` and ``scale``: the same noise drawn, the same action and
+    log-probability, without building the distribution and its transforms, which for small networks cost more
+    than the arithmetic (tests/test_acting.py holds the two equal)."""
+
+    def __init__(self, low: torch.Tensor, high: torch.Tensor, event_dims: int | None):
+        self.centre, self.half_range = (high + low) / 2, (high - low) / 2
+        self.unit = bool((low == -1).all() and (high == 1).all())  # TorchRL adds no affine map then
+        self.log_half_range = self.half_range.abs().log()
+        self.event_dims = event_dims
+        self.tanh = SafeTanhTransform()
+
+    @classmethod
+    def of(cls, distribution_class: type, kwargs: dict) -> TanhNormalSampling | None:
+        """The sampling of ``distribution_class(**kwargs)``; None unless it is TorchRL's TanhNormal read so."""
+        if distribution_class is not TanhNormal or set(kwargs) - {"low", "high", "event_dims"}:
+            return None
+        low, high = (torch.as_tensor(kwargs.get(key, default), dtype=torch.get_default_dtype())
+                     for key, default in (("low", -1.0), ("high", 1.0)))
+        return cls(low, high, kwargs.get("event_dims"))
+
+    @staticmethod
+    def noise(shape: torch.Size, like: torch.Tensor) -> torch.Tensor:
+        """Standard normal noise: the numbers torch's ``Normal.rsample`` draws from the same generator state, but
+        out of place, which ``torch.vmap(randomness="different")`` (seeds trained together) gives each seed its
+        own of."""
+        return torch.randn(shape, dtype=like.dtype, device=like.device)
+
+    def rsample_and_log_prob(self, loc: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        noise = self.noise(torch.broadcast_shapes(loc.shape, scale.shape), loc)
+        preimage = loc + noise * scale
+        squashed = self.tanh(preimage)
+        log_prob = -0.5 * noise.pow(2) - scale.log() - HALF_LOG_2PI - self.tanh.log_abs_det_jacobian(preimage,
+                                                                                                      squashed)
+        if self.unit:
+            action = squashed
+        else:
+            centre, half_range = self.centre.to(loc.device), self.half_range.to(loc.device)
+            action = centre + half_range * squashed
+            log_prob = log_prob - self.log_half_range.to(loc.device)
+        event_dims = min(1, loc.ndim) if self.event_dims is None else self.event_dims
+        return action, log_prob.sum(tuple(range(-event_dims, 0))) if event_dims else log_prob
+
+
+#: log(sqrt(2 pi)), the normal density's constant
+HALF_LOG_2PI = 0.5 * float(np.log(2 * np.pi))
 
 
 def deterministic_sample(dist: Distribution) -> torch.Tensor:

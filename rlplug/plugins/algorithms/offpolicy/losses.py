@@ -256,12 +256,7 @@ class EntropyTerms(ActorCriticLoss):
     def sample_actions(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Reparameterised actions and their log-probabilities (``[batch, 1]``), scored on the same pre-tanh
         sample where the distribution allows (TanhNormal's ``rsample_and_log_prob``)."""
-        dist = self.view.distribution(observation)
-        if hasattr(dist, "rsample_and_log_prob"):
-            action, log_prob = dist.rsample_and_log_prob()
-        else:
-            action = dist.rsample()
-            log_prob = dist.log_prob(action)
+        action, log_prob = self.view.rsample_and_log_prob(observation)
         return action, log_prob.float().reshape(-1, 1)
 
     def actor_value(self, values: list[torch.Tensor]) -> torch.Tensor:
