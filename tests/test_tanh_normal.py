@@ -8,6 +8,8 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tensordict import TensorDict
+from torchrl.envs.utils import ExplorationType, set_exploration_type
 from torchrl.modules import TanhNormal
 
 import rlplug
@@ -17,23 +19,41 @@ BOUNDS = {"unit": {}, "pendulum": {"low": torch.tensor([-2.0]), "high": torch.te
           "uneven": {"low": torch.tensor([0.0, -1.0, -3.0]), "high": torch.tensor([3.0, 1.0, 0.5])}}
 
 
-def both(loc: torch.Tensor, scale: torch.Tensor, kwargs: dict, seed: int = 0):
-    """TorchRL's and rlplug's (action, log_prob, gradients of their sum on loc and scale), each from ``seed``."""
+def theirs_rsampled(loc, scale, kwargs):
+    return TanhNormal(loc, scale, **kwargs).rsample_and_log_prob()
+
+
+def theirs_sampled(loc, scale, kwargs):
+    """What a ProbabilisticActor records when it acts: a sample, then its log-probability."""
+    dist = TanhNormal(loc, scale, **kwargs)
+    action = dist.sample()
+    return action, dist.log_prob(action)
+
+
+ROADS = {"rsample": (theirs_rsampled, TanhNormalSampling.rsample_and_log_prob),
+         "sample": (theirs_sampled, TanhNormalSampling.sample_and_log_prob)}
+
+
+def both(loc: torch.Tensor, scale: torch.Tensor, kwargs: dict, seed: int = 0, road: str = "rsample"):
+    """TorchRL's and rlplug's (action, log_prob, gradients on loc and scale), each from ``seed``, along ``road``:
+    the loss's reparameterised draw, or acting's sample then score."""
+    theirs, ours = ROADS[road]
     results = []
-    for sample in (lambda lo, sc: TanhNormal(lo, sc, **kwargs).rsample_and_log_prob(),
-                   lambda lo, sc: TanhNormalSampling.of(TanhNormal, kwargs).rsample_and_log_prob(lo, sc)):
+    for sample in (lambda lo, sc: theirs(lo, sc, kwargs),
+                   lambda lo, sc: ours(TanhNormalSampling.of(TanhNormal, kwargs), lo, sc)):
         leaf_loc, leaf_scale = loc.clone().requires_grad_(), scale.clone().requires_grad_()
         torch.manual_seed(seed)
         action, log_prob = sample(leaf_loc, leaf_scale)
         # a weighted sum, so that the gradients see the actions and the log-probabilities apart
-        (action.sum() * 0.3 + log_prob.sum()).backward()
+        (action.sum() * 0.3 * action.requires_grad + log_prob.sum()).backward()
         results.append((action.detach(), log_prob.detach(), leaf_loc.grad, leaf_scale.grad))
     return results
 
 
+@pytest.mark.parametrize("road", sorted(ROADS))
 @pytest.mark.parametrize("bounds", sorted(BOUNDS))
 @pytest.mark.parametrize("event", ["vector", "matrix"])
-def test_the_same_actions_log_probs_and_gradients_as_torchrls_tanh_normal(bounds, event):
+def test_the_same_actions_log_probs_and_gradients_as_torchrls_tanh_normal(bounds, event, road):
     kwargs = dict(BOUNDS[bounds])
     size = len(kwargs.get("low", [2]))
     shape = (64, size) if event == "vector" else (64, 2, size)
@@ -42,9 +62,9 @@ def test_the_same_actions_log_probs_and_gradients_as_torchrls_tanh_normal(bounds
     generator = torch.Generator().manual_seed(1)
     loc = torch.randn(shape, generator=generator) * 2
     scale = torch.rand(shape, generator=generator) + 0.05
-    theirs, ours = both(loc, scale, kwargs)
+    theirs, ours = both(loc, scale, kwargs, road=road)
     assert ours[1].shape == theirs[1].shape == shape[:1]
-    assert not torch.equal(theirs[0], both(loc, scale, kwargs, seed=1)[0][0])  # the seed matters: noise is drawn
+    assert not torch.equal(theirs[0], both(loc, scale, kwargs, seed=1, road=road)[0][0])  # noise is drawn
     for got, want in zip(ours, theirs, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
@@ -52,15 +72,15 @@ def test_the_same_actions_log_probs_and_gradients_as_torchrls_tanh_normal(bounds
 @settings(max_examples=60, deadline=None)
 @given(loc=st.lists(st.floats(-30, 30), min_size=3, max_size=3),
        log_scale=st.lists(st.floats(-6, 2), min_size=3, max_size=3), seed=st.integers(0, 2**31 - 1),
-       bounds=st.sampled_from(sorted(BOUNDS)))
-def test_property_agrees_with_torchrl_far_into_saturation(loc, log_scale, seed, bounds):
+       bounds=st.sampled_from(sorted(BOUNDS)), road=st.sampled_from(sorted(ROADS)))
+def test_property_agrees_with_torchrl_far_into_saturation(loc, log_scale, seed, bounds, road):
     """Means far beyond tanh's range and tiny spreads (a saturating policy) included: the safe tanh and the log
     of the Jacobian are TorchRL's own, so the two agree there too."""
     kwargs = dict(BOUNDS[bounds])
     size = len(kwargs.get("low", [3]))
     loc_t = torch.tensor(loc)[:size].reshape(1, size).expand(4, size).contiguous()
     scale_t = torch.tensor(log_scale)[:size].exp().reshape(1, size).expand(4, size).contiguous()
-    theirs, ours = both(loc_t, scale_t, kwargs, seed)
+    theirs, ours = both(loc_t, scale_t, kwargs, seed, road)
     for got, want in zip(ours, theirs, strict=True):
         # 1e-3: TorchRL scores the pre-tanh value as -(u - loc)^2 / (2 scale^2), whose gradient on a small scale is
         # two large terms cancelling in float32; rlplug's -noise^2 / 2 has none to cancel
@@ -101,3 +121,10 @@ def test_a_sac_policy_draws_through_the_formulas_what_its_distribution_draws(log
     assert action.abs().max() <= 2.0
     torch.testing.assert_close(action, want_action)
     torch.testing.assert_close(log_prob, want_log_prob, rtol=1e-5, atol=1e-5)
+    torch.manual_seed(4)  # acting: what the policy module itself writes, sample and log-probability
+    acted = view.act(observation)
+    torch.manual_seed(4)
+    with set_exploration_type(ExplorationType.RANDOM):
+        data = sac.policy(TensorDict({"observation": observation}, batch_size=[10]))
+    torch.testing.assert_close(acted[0], data["action"])
+    torch.testing.assert_close(acted[1], data[view.log_prob_key], rtol=1e-5, atol=1e-5)

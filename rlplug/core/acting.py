@@ -16,10 +16,9 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 from tensordict.nn import ProbabilisticTensorDictModule, TensorDictModule, TensorDictModuleBase, TensorDictSequential
-from torch.distributions import Categorical, Distribution, OneHotCategorical
+from torch.distributions import Categorical, Distribution, OneHotCategorical, TanhTransform
 from torchrl.modules import MaskedOneHotCategorical, TanhNormal
 from torchrl.modules import OneHotCategorical as TorchRLOneHotCategorical
-from torchrl.modules.distributions.continuous import SafeTanhTransform
 
 from rlplug.core.masks import masked_logits
 from rlplug.core.observations import CRITIC_OBSERVATION
@@ -111,6 +110,9 @@ class ActorView:
         if self.categorical:
             index, log_prob, choices = self.choose(observation, deterministic, mask)
             return (torch.nn.functional.one_hot(index, choices) if self.one_hot else index), log_prob
+        if self.tanh_normal is not None and not deterministic:
+            loc, scale = self.params_module(observation)
+            return self.tanh_normal.sample_and_log_prob(loc, scale)
         dist = self.distribution(observation, mask)
         action = deterministic_sample(dist) if deterministic else dist.sample()
         return action, dist.log_prob(action)
@@ -135,17 +137,18 @@ class ActorView:
 
 
 class TanhNormalSampling:
-    """TorchRL's ``TanhNormal`` (without location scaling, with its safe tanh: the way rlplug's heads build it),
-    its ``rsample_and_log_prob`` as formulas on ``loc`` and ``scale``: the same noise drawn, the same action and
-    log-probability, without building the distribution and its transforms, which for small networks cost more
-    than the arithmetic (tests/test_acting.py holds the two equal)."""
+    """TorchRL's ``TanhNormal`` (without location scaling, with its safe tanh: the way rlplug's heads build it)
+    sampled and scored as formulas on ``loc`` and ``scale``: the same noise, actions and log-probabilities as the
+    distribution's, without building it and its transforms each call, which for small networks cost more than the
+    arithmetic (tests/test_tanh_normal.py holds the two equal). The tanh is TorchRL's safe one, kept off 1 by
+    float32's resolution, as a plain clamp: the same numbers without an autograd Function's per-call cost."""
 
     def __init__(self, low: torch.Tensor, high: torch.Tensor, event_dims: int | None):
         self.centre, self.half_range = (high + low) / 2, (high - low) / 2
         self.unit = bool((low == -1).all() and (high == 1).all())  # TorchRL adds no affine map then
         self.log_half_range = self.half_range.abs().log()
         self.event_dims = event_dims
-        self.tanh = SafeTanhTransform()
+        self.tanh = TanhTransform()  # its log-Jacobian is the one TorchRL's safe tanh inherits
 
     @classmethod
     def of(cls, distribution_class: type, kwargs: dict) -> TanhNormalSampling | None:
@@ -158,29 +161,52 @@ class TanhNormalSampling:
 
     @staticmethod
     def noise(shape: torch.Size, like: torch.Tensor) -> torch.Tensor:
-        """Standard normal noise: the numbers torch's ``Normal.rsample`` draws from the same generator state, but
-        out of place, which ``torch.vmap(randomness="different")`` (seeds trained together) gives each seed its
-        own of."""
+        """Standard normal noise: the numbers torch's ``Normal`` draws from the same generator state, but out of
+        place, which ``torch.vmap(randomness="different")`` (seeds trained together) gives each seed its own of."""
         return torch.randn(shape, dtype=like.dtype, device=like.device)
 
     def rsample_and_log_prob(self, loc: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        noise = self.noise(torch.broadcast_shapes(loc.shape, scale.shape), loc)
+        """``TanhNormal.rsample_and_log_prob``: a reparameterised action scored on the pre-tanh value drawn."""
+        noise = self.noise(loc.shape if loc.shape == scale.shape else torch.broadcast_shapes(loc.shape, scale.shape),
+                           loc)
         preimage = loc + noise * scale
-        squashed = self.tanh(preimage)
-        log_prob = -0.5 * noise.pow(2) - scale.log() - HALF_LOG_2PI - self.tanh.log_abs_det_jacobian(preimage,
-                                                                                                      squashed)
+        log_density = -0.5 * noise.pow(2) - scale.log() - HALF_LOG_2PI
+        return self.squashed(preimage), self.summed(log_density - self.log_jacobian(preimage))
+
+    def sample_and_log_prob(self, loc: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``TanhNormal.sample()``, then ``log_prob`` of that action (what a ProbabilisticActor records): scored
+        on the pre-tanh value its inverse maps recover from the action, as TorchRL's ``log_prob`` is."""
+        with torch.no_grad():
+            noise = self.noise(loc.shape if loc.shape == scale.shape else
+                               torch.broadcast_shapes(loc.shape, scale.shape), loc)
+            action = self.squashed(loc + noise * scale)
+        squashed = action if self.unit else (action - self.centre.to(loc.device)) / self.half_range.to(loc.device)
+        preimage = squashed.clamp(-SAFE_TANH_LIMIT, SAFE_TANH_LIMIT).atanh()
+        log_density = -((preimage - loc) ** 2) / (2 * scale.pow(2)) - scale.log() - HALF_LOG_2PI
+        return action, self.summed(log_density - self.log_jacobian(preimage))
+
+    def squashed(self, preimage: torch.Tensor) -> torch.Tensor:
+        """The action of a pre-tanh value: TorchRL's safe tanh, then the affine map onto the bounds."""
+        squashed = preimage.tanh().clamp(-SAFE_TANH_LIMIT, SAFE_TANH_LIMIT)
         if self.unit:
-            action = squashed
-        else:
-            centre, half_range = self.centre.to(loc.device), self.half_range.to(loc.device)
-            action = centre + half_range * squashed
-            log_prob = log_prob - self.log_half_range.to(loc.device)
-        event_dims = min(1, loc.ndim) if self.event_dims is None else self.event_dims
-        return action, log_prob.sum(tuple(range(-event_dims, 0))) if event_dims else log_prob
+            return squashed
+        return self.centre.to(preimage.device) + self.half_range.to(preimage.device) * squashed
+
+    def log_jacobian(self, preimage: torch.Tensor) -> torch.Tensor:
+        """log |d action / d preimage| per action dimension."""
+        log_jacobian = self.tanh.log_abs_det_jacobian(preimage, preimage)  # reads only its first argument
+        return log_jacobian if self.unit else log_jacobian + self.log_half_range.to(preimage.device)
+
+    def summed(self, log_prob: torch.Tensor) -> torch.Tensor:
+        """Summed over the action's dimensions (TanhNormal's ``event_dims``)."""
+        event_dims = min(1, log_prob.ndim) if self.event_dims is None else self.event_dims
+        return log_prob.sum(tuple(range(-event_dims, 0))) if event_dims else log_prob
 
 
 #: log(sqrt(2 pi)), the normal density's constant
 HALF_LOG_2PI = 0.5 * float(np.log(2 * np.pi))
+#: where TorchRL's safe tanh stops short of 1: float32's resolution
+SAFE_TANH_LIMIT = 1.0 - float(torch.finfo(torch.float32).resolution)
 
 
 def deterministic_sample(dist: Distribution) -> torch.Tensor:
