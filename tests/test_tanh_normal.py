@@ -128,3 +128,26 @@ def test_a_sac_policy_draws_through_the_formulas_what_its_distribution_draws(log
         data = sac.policy(TensorDict({"observation": observation}, batch_size=[10]))
     torch.testing.assert_close(acted[0], data["action"])
     torch.testing.assert_close(acted[1], data[view.log_prob_key], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("bounds", sorted(BOUNDS))
+def test_the_log_probability_of_given_actions_is_torchrls_at_the_bounds_too(bounds):
+    """What the on-policy losses score the collected actions with: inside the bounds, and on them (an env's
+    clipped or a saturated policy's action), where both recover the pre-tanh value by the same safe atanh."""
+    kwargs = dict(BOUNDS[bounds])
+    low, high = kwargs.get("low", torch.tensor([-1.0, -1.0])), kwargs.get("high", torch.tensor([1.0, 1.0]))
+    generator = torch.Generator().manual_seed(2)
+    loc = torch.randn(40, len(low), generator=generator)
+    scale = torch.rand(40, len(low), generator=generator) + 0.05
+    action = low + (high - low) * torch.rand(40, len(low), generator=generator)
+    action[:5], action[5:10] = low, high
+    results = []
+    for score in (lambda lo, sc: TanhNormal(lo, sc, **kwargs).log_prob(action),
+                  lambda lo, sc: TanhNormalSampling.of(TanhNormal, kwargs).log_prob(lo, sc, action)):
+        leaf_loc, leaf_scale = loc.clone().requires_grad_(), scale.clone().requires_grad_()
+        log_prob = score(leaf_loc, leaf_scale)
+        log_prob.sum().backward()
+        results.append((log_prob.detach(), leaf_loc.grad, leaf_scale.grad))
+    assert torch.isfinite(results[1][0]).all()
+    for got, want in zip(*reversed(results), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)

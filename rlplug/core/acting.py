@@ -180,10 +180,15 @@ class TanhNormalSampling:
             noise = self.noise(loc.shape if loc.shape == scale.shape else
                                torch.broadcast_shapes(loc.shape, scale.shape), loc)
             action = self.squashed(loc + noise * scale)
+        return action, self.log_prob(loc, scale, action)
+
+    def log_prob(self, loc: torch.Tensor, scale: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """``TanhNormal.log_prob(action)``: the action's pre-tanh value recovered by the inverse maps (TorchRL's
+        safe atanh), scored by the normal and the log-Jacobian there."""
         squashed = action if self.unit else (action - self.centre.to(loc.device)) / self.half_range.to(loc.device)
         preimage = squashed.clamp(-SAFE_TANH_LIMIT, SAFE_TANH_LIMIT).atanh()
         log_density = -((preimage - loc) ** 2) / (2 * scale.pow(2)) - scale.log() - HALF_LOG_2PI
-        return action, self.summed(log_density - self.log_jacobian(preimage))
+        return self.summed(log_density - self.log_jacobian(preimage))
 
     def squashed(self, preimage: torch.Tensor) -> torch.Tensor:
         """The action of a pre-tanh value: TorchRL's safe tanh, then the affine map onto the bounds."""

@@ -339,6 +339,10 @@ def log_prob_and_entropy(view: ActorView, observation: torch.Tensor, action: tor
         index = action.argmax(-1, keepdim=True) if view.one_hot else action.unsqueeze(-1)
         log_prob = log_probs.gather(-1, index).squeeze(-1)
         return log_prob, (-(log_probs.exp() * log_probs).sum(-1) if with_entropy else None)
+    if view.tanh_normal is not None:  # TanhNormal's numbers without building it (its entropy: one sample's)
+        loc, scale = view.params_module(observation)
+        log_prob = view.tanh_normal.log_prob(loc, scale, action)
+        return log_prob, (-view.tanh_normal.rsample_and_log_prob(loc, scale)[1] if with_entropy else None)
     dist = view.distribution(observation, mask)
     return dist.log_prob(action), (entropy(dist) if with_entropy else None)
 
