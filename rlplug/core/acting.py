@@ -165,10 +165,15 @@ class TanhNormalSampling:
         place, which ``torch.vmap(randomness="different")`` (seeds trained together) gives each seed its own of."""
         return torch.randn(shape, dtype=like.dtype, device=like.device)
 
+    def noise_for(self, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        """:meth:`noise` of the distribution's shape (``torch.broadcast_shapes`` only where the two differ: it is
+        slow to call)."""
+        return self.noise(loc.shape if loc.shape == scale.shape else torch.broadcast_shapes(loc.shape, scale.shape),
+                          loc)
+
     def rsample_and_log_prob(self, loc: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``TanhNormal.rsample_and_log_prob``: a reparameterised action scored on the pre-tanh value drawn."""
-        noise = self.noise(loc.shape if loc.shape == scale.shape else torch.broadcast_shapes(loc.shape, scale.shape),
-                           loc)
+        noise = self.noise_for(loc, scale)
         preimage = loc + noise * scale
         log_density = -0.5 * noise.pow(2) - scale.log() - HALF_LOG_2PI
         return self.squashed(preimage), self.summed(log_density - self.log_jacobian(preimage))
@@ -177,9 +182,7 @@ class TanhNormalSampling:
         """``TanhNormal.sample()``, then ``log_prob`` of that action (what a ProbabilisticActor records): scored
         on the pre-tanh value its inverse maps recover from the action, as TorchRL's ``log_prob`` is."""
         with torch.no_grad():
-            noise = self.noise(loc.shape if loc.shape == scale.shape else
-                               torch.broadcast_shapes(loc.shape, scale.shape), loc)
-            action = self.squashed(loc + noise * scale)
+            action = self.squashed(loc + self.noise_for(loc, scale) * scale)
         return action, self.log_prob(loc, scale, action)
 
     def log_prob(self, loc: torch.Tensor, scale: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
