@@ -8,6 +8,7 @@ and the loss pay only for the arithmetic. Nothing is copied: the view shares the
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -189,13 +190,15 @@ class TanhNormalSampling:
         """``TanhNormal.log_prob(action)``: the action's pre-tanh value recovered by the inverse maps (TorchRL's
         safe atanh), scored by the normal and the log-Jacobian there."""
         squashed = action if self.unit else (action - self.centre.to(loc.device)) / self.half_range.to(loc.device)
-        preimage = squashed.clamp(-SAFE_TANH_LIMIT, SAFE_TANH_LIMIT).atanh()
+        limit = safe_tanh_limit(squashed.dtype)
+        preimage = squashed.clamp(-limit, limit).atanh()
         log_density = -((preimage - loc) ** 2) / (2 * scale.pow(2)) - scale.log() - HALF_LOG_2PI
         return self.summed(log_density - self.log_jacobian(preimage))
 
     def squashed(self, preimage: torch.Tensor) -> torch.Tensor:
         """The action of a pre-tanh value: TorchRL's safe tanh, then the affine map onto the bounds."""
-        squashed = preimage.tanh().clamp(-SAFE_TANH_LIMIT, SAFE_TANH_LIMIT)
+        limit = safe_tanh_limit(preimage.dtype)
+        squashed = preimage.tanh().clamp(-limit, limit)
         if self.unit:
             return squashed
         return self.centre.to(preimage.device) + self.half_range.to(preimage.device) * squashed
@@ -213,8 +216,10 @@ class TanhNormalSampling:
 
 #: log(sqrt(2 pi)), the normal density's constant
 HALF_LOG_2PI = 0.5 * float(np.log(2 * np.pi))
-#: where TorchRL's safe tanh stops short of 1: float32's resolution
-SAFE_TANH_LIMIT = 1.0 - float(torch.finfo(torch.float32).resolution)
+@functools.cache
+def safe_tanh_limit(dtype: torch.dtype) -> float:
+    """Where TorchRL's safe tanh stops short of 1: the dtype's resolution below it."""
+    return 1.0 - float(torch.finfo(dtype).resolution)
 
 
 def deterministic_sample(dist: Distribution) -> torch.Tensor:
