@@ -96,7 +96,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         written = bench.write_report(suite, out, command=command_line(args), failed=outcome.failed)
         if outcome.status:  # the report so far: the finished seeds, the others listed as not finished
             print(f"bench: stopped; every run keeps its latest checkpoint: run the same command again to "
-                  f"continue ({command_line(args)}); the report so far: {written[1]}", file=sys.stderr, flush=True)
+                  f"continue ({command_line(args)}); the report so far: {out / bench.REPORT_MD}",
+                  file=sys.stderr, flush=True)
             return outcome.status
     say(f"bench: report: {', '.join(map(str, written))}")
     for entry in entries:
