@@ -150,6 +150,14 @@ class TanhNormalSampling:
         self.log_half_range = self.half_range.abs().log()
         self.event_dims = event_dims
         self.tanh = TanhTransform()  # its log-Jacobian is the one TorchRL's safe tanh inherits
+        #: (centre, half_range, log_half_range) by device, each moved there once, not on every call
+        self.moved: dict[torch.device, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
+    def bounds_on(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``centre``, ``half_range`` and ``log_half_range`` on ``device``."""
+        if device not in self.moved:
+            self.moved[device] = (self.centre.to(device), self.half_range.to(device), self.log_half_range.to(device))
+        return self.moved[device]
 
     @classmethod
     def of(cls, distribution_class: type, kwargs: dict) -> TanhNormalSampling | None:
@@ -189,7 +197,11 @@ class TanhNormalSampling:
     def log_prob(self, loc: torch.Tensor, scale: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """``TanhNormal.log_prob(action)``: the action's pre-tanh value recovered by the inverse maps (TorchRL's
         safe atanh), scored by the normal and the log-Jacobian there."""
-        squashed = action if self.unit else (action - self.centre.to(loc.device)) / self.half_range.to(loc.device)
+        if self.unit:
+            squashed = action
+        else:
+            centre, half_range, _ = self.bounds_on(action.device)
+            squashed = (action - centre) / half_range
         limit = safe_tanh_limit(squashed.dtype)
         preimage = squashed.clamp(-limit, limit).atanh()
         log_density = -((preimage - loc) ** 2) / (2 * scale.pow(2)) - scale.log() - HALF_LOG_2PI
@@ -201,12 +213,13 @@ class TanhNormalSampling:
         squashed = preimage.tanh().clamp(-limit, limit)
         if self.unit:
             return squashed
-        return self.centre.to(preimage.device) + self.half_range.to(preimage.device) * squashed
+        centre, half_range, _ = self.bounds_on(preimage.device)
+        return centre + half_range * squashed
 
     def log_jacobian(self, preimage: torch.Tensor) -> torch.Tensor:
         """log |d action / d preimage| per action dimension."""
         log_jacobian = self.tanh.log_abs_det_jacobian(preimage, preimage)  # reads only its first argument
-        return log_jacobian if self.unit else log_jacobian + self.log_half_range.to(preimage.device)
+        return log_jacobian if self.unit else log_jacobian + self.bounds_on(preimage.device)[2]
 
     def summed(self, log_prob: torch.Tensor) -> torch.Tensor:
         """Summed over the action's dimensions (TanhNormal's ``event_dims``)."""
@@ -216,6 +229,8 @@ class TanhNormalSampling:
 
 #: log(sqrt(2 pi)), the normal density's constant
 HALF_LOG_2PI = 0.5 * float(np.log(2 * np.pi))
+
+
 @functools.cache
 def safe_tanh_limit(dtype: torch.dtype) -> float:
     """Where TorchRL's safe tanh stops short of 1: the dtype's resolution below it."""

@@ -80,4 +80,3 @@ def refuse_env_not_in_unit_range(observation_spec, action_spec, key: str) -> Non
     raise UserError(f"the dataset's actions are mapped onto [-1, 1] and the env acts {acts}: give the env "
                     f"gymnasium's RescaleAction (env.wrappers: {{name = \"RescaleAction\", kwargs = {{min_action = "
                     f"-1.0, max_action = 1.0}}}}), or leave this out", path=key)
-
