@@ -196,6 +196,10 @@ def load(path: str | Path, overrides: Sequence[str] = ()) -> Recipe:
         raise with_switch_hint(error, overrides) from None
 
 
+#: the quotes a TOML string may be written in: a basic string's and a literal string's
+QUOTES = "\"'"
+
+
 def with_switch_hint(error: UserError, overrides: Sequence[str]) -> UserError:
     """``error``, with what to do added when it is a key the file wrote for the component an override of
     ``TABLE.use`` replaced (``--set runner.use=local`` on a recipe whose ``[runner]`` has Ray's keys)."""
@@ -204,7 +208,7 @@ def with_switch_hint(error: UserError, overrides: Sequence[str]) -> UserError:
         table = key.removesuffix(".use")
         if table != key and error.path.startswith(table + ".") and error.message.startswith("unknown key"):
             error.message += (f"; the file's other keys in [{table}] belong to the component it named: replace "
-                              f"the whole table instead, e.g. --set '{table}={{use=\"{name.strip(chr(34))}\"}}'")
+                              f"the whole table instead, e.g. --set '{table}={{use=\"{name.strip(QUOTES)}\"}}'")
             return error
     return error
 

@@ -16,6 +16,9 @@ from conftest import CANONICAL, ROOT, run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import rlplug
+from rlplug import recipe as recipes
+
 SHORT = ["--set", "run.total_frames=1024", "--set", "eval.every_frames=512", "--set", "eval.episodes=2"]
 
 
@@ -285,3 +288,13 @@ def test_the_suites_forked_runs_answer_as_plain_ones(args, env, tmp_path):
         assert "Traceback" in forked.stderr and forked.stderr.splitlines()[-1] == plain.stderr.splitlines()[-1]
     else:
         assert forked.stderr == plain.stderr
+
+
+@pytest.mark.parametrize("name", ['local', '"local"', "'local'"])
+def test_switching_a_component_by_its_use_key_says_how_whatever_the_quotes(name):
+    """A ``TABLE.use`` override leaving the file's keys of the old component: the hint's --set is valid TOML
+    with the bare name in it, whether the override wrote the name bare, in basic or in literal quotes."""
+    with pytest.raises(rlplug.UserError) as caught:
+        recipes.load(ROOT / "recipes" / "cartpole-impala-ray.toml", [f"runner.use={name}"])
+    assert caught.value.path == "runner.workers"
+    assert str(caught.value).endswith("""--set 'runner={use="local"}'""")
