@@ -74,16 +74,38 @@ def test_each_seed_starts_exactly_as_its_own_run(tmp_path):
         alone.close()
 
 
-#: SAC's stochastic policy with a random-action phase: neither a ProbabilisticActor alone nor a chain of act_on
-#: stages, so it has no array actor (on Pendulum, which offers the array road)
-SAC_RANDOM_PHASE = (ROOT / "recipes" / "halfcheetah-sac.toml", ["env.id='Pendulum-v1'"])
+#: a plugin's exploration noise with the Noise protocol's required members only (no ``act_on``): DDPG's acting
+#: policy then has no array actor, though Pendulum offers the array road
+NOISE_WITHOUT_ACT_ON = """
+import torch
+from tensordict.nn import TensorDictModuleBase
+
+import rlplug
+
+
+class PlainNoise(TensorDictModuleBase):
+    def __init__(self):
+        super().__init__()
+        self.in_keys, self.out_keys = ["action"], ["action"]
+
+    def forward(self, data):
+        return data.set("action", (data.get("action") + 0.1 * torch.randn_like(data.get("action"))).clamp(-2, 2))
+
+    def step(self, frames):
+        pass
+
+
+@rlplug.hookimpl
+def rlplug_register_noises(register):
+    register("plain-noise", lambda action_spec=None, device="cpu", total_frames=None: PlainNoise())
+"""
+NOISE_PLUGIN_RECIPE = (ROOT / "recipes" / "pendulum-ddpg.toml", ['algorithm.exploration_noise={use="plain-noise"}'])
 
 
 def test_refusals_name_what_cannot_be_batched(tmp_path, monkeypatch):
     cases = [
         (ROOT / "recipes" / "pendulum-ddpg-lstm.toml", [], "recurrent", "algorithm.policy"),
         (ROOT / "recipes" / "pendulum-sac.toml", [], "does not declare batched_update", "algorithm.use"),
-        (*SAC_RANDOM_PHASE, "no array actor", "algorithm"),
         (ROOT / "recipes" / "cartpole-ppo-kl.toml", [], "cannot compute several seeds at once", "algorithm.loss"),
         (ROOT / "recipes" / "mountaincarcontinuous-sac-gsde.toml", [], "gSDE", "algorithm.use_sde"),
         (ROOT / "recipes" / "pendulum-ppo.toml", ["algorithm.use_sde=true"], "gSDE", "algorithm.use_sde"),
@@ -100,12 +122,14 @@ def test_refusals_name_what_cannot_be_batched(tmp_path, monkeypatch):
         assert not (tmp_path / str(index) / "seed-0").exists(), "a refused run leaves no directory"
 
 
-def test_the_command_line_refuses_in_one_line(tmp_path):
+def test_the_command_line_refuses_in_one_line(tmp_path, install):
     one_line_error(run_cli("run", str(CANONICAL), "--batched", "--out", str(tmp_path / "a")), "--seeds")
-    recipe, overrides = SAC_RANDOM_PHASE
-    one_line_error(run_cli("run", str(recipe), "--seeds", "0-1", "--batched", "--set", *overrides,
-                           "--out", str(tmp_path / "b")), "halfcheetah-sac.toml", "no array actor", "algorithm",
-                   "without --batched")
+    where = install({"plainnoise": NOISE_WITHOUT_ACT_ON})
+    recipe, overrides = NOISE_PLUGIN_RECIPE
+    one_line_error(rlplug_cli("run", str(recipe), "--seeds", "0-1", "--batched", "--set", *overrides,
+                              "--out", str(tmp_path / "b"), path=where), "pendulum-ddpg.toml", "no array actor",
+                   "algorithm", "without --batched")
+    assert not (tmp_path / "b").exists(), "a refused run leaves no directory"
 
 
 def test_agent_trains_seeds_together(tmp_path):

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 import torch.distributions.normal as normal_module
 from torchrl.envs.utils import ExplorationType, set_exploration_type
 
 import rlplug
-from rlplug.core.acting import TanhNormalSampling
+from rlplug.core.acting import ArrayActor, TanhNormalSampling
 from rlplug.plugins.algorithms.offpolicy import batched as offpolicy_batched
 from rlplug.recipe import load
 from rlplug.run.batched import BatchedRun
@@ -123,6 +124,42 @@ def test_acting_keeps_each_seeds_exploration():
         torch.from_numpy(observation[1])).detach().clamp(-2, 2))
 
 
+def test_sac_seeds_act_together_in_and_after_their_random_phase(monkeypatch):
+    """SAC with random first frames (its stochastic actor, then random actions): each seed's own sample and its
+    log-probability, as its own array actor gives them alone, until its random phase replaces the sample by a
+    uniform action; evaluation takes each seed's mode. Catches a stacked actor using one seed's parameters for
+    all, a phase switched for every seed, a log-probability dropped from the batch (the TensorDict road writes
+    the sample's)."""
+    def envs_noise(shape, like):  # the same noise for each seed's envs, alone ([envs, 1]) or stacked ([seeds, ...])
+        return fixed_noise(shape[-2:], like.dtype, like.device).expand(shape)
+
+    monkeypatch.setattr(TanhNormalSampling, "noise", staticmethod(envs_noise))
+    algorithms = [built_algorithm(SAC, seed, [*SMALL, "algorithm.random_frames=100"])[0] for seed in (0, 1)]
+    together = algorithms[0].batched_update(algorithms, [0, 1])
+    actor = together.actor()
+    assert actor.log_prob_key == "action_log_prob"
+    observation = torch.randn(2, 4, 3).numpy()
+    alone = [ArrayActor.for_policy(a.policy, "cpu", 0) for a in algorithms]
+    for algorithm in algorithms:
+        algorithm.random_actions.active = False
+    with set_exploration_type(ExplorationType.RANDOM):
+        sampled = [a.act(observation[k]) for k, a in enumerate(alone)]
+        action, log_prob = actor.act(observation)
+        for k in range(2):
+            torch.testing.assert_close(torch.from_numpy(action[k]), torch.from_numpy(sampled[k][0]))
+        assert not np.allclose(sampled[0][0], sampled[1][0]), "the seeds' networks differ"
+        algorithms[1].random_actions.active = True  # seed 1 still in its random phase: uniform in the bounds
+        action, log_prob = actor.act(observation)
+    torch.testing.assert_close(torch.from_numpy(action[0]), torch.from_numpy(sampled[0][0]))
+    assert not np.allclose(action[1], sampled[1][0]) and np.abs(action[1]).max() <= 2.0
+    for k in range(2):  # the sample's log-probability, whatever the random phase made of the action
+        torch.testing.assert_close(torch.from_numpy(log_prob[k]), torch.from_numpy(sampled[k][1]))
+    with set_exploration_type(ExplorationType.DETERMINISTIC):
+        mode, _ = actor.act(observation, deterministic=True)
+        for k, own in enumerate(alone):
+            torch.testing.assert_close(torch.from_numpy(mode[k]), torch.from_numpy(own.act(observation[k], True)[0]))
+
+
 def test_dqn_targets_move_by_each_seeds_frames_into_the_stack():
     """DQN moves its targets in ``before_update``, each seed its own algorithm's polyak step on its target
     network, whose parameters are views of the stacked targets the batched loss reads: the step lands in the
@@ -174,7 +211,6 @@ def test_refusals_name_what_cannot_be_batched(tmp_path):
         (SAC, ["algorithm.loss.use='SACLoss'"], "cannot compute several seeds at once", "algorithm.loss"),
         (SAC, ["algorithm.observation_preprocessor='running-standard-scaler'"], "preprocessor",
          "algorithm.observation_preprocessor"),
-        (RECIPES / "halfcheetah-sac.toml", ["env.id='Pendulum-v1'"], "array actor", "algorithm"),
     ]
     for index, (recipe, overrides, message, path) in enumerate(cases):
         recipes = [load(recipe, [f"run.seed={seed}", *overrides]) for seed in (0, 1)]

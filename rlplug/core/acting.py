@@ -315,40 +315,67 @@ class TorchArrayActor(ArrayActor):
 
 
 class ChainArrayActor(ArrayActor):
-    """A deterministic network followed by stages that each turn what the one before wrote into the action or
-    change it (exploration noise, random actions, DQN's epsilon-greedy choice among Q-values): the network's own
-    torch module on the observation tensor, then each stage's ``act_on``, the same arithmetic as the TensorDict
-    modules without a TensorDict per step. No log-probability. Where the last stage's actions are one-hot (its
+    """An acting network followed by stages that each turn what the one before wrote into the action or change it
+    (exploration noise, random actions, DQN's epsilon-greedy choice among Q-values): the network's own torch
+    module on the observation tensor, then each stage's ``act_on``, the same arithmetic as the TensorDict modules
+    without a TensorDict per step. The network is deterministic (no log-probability), or a ProbabilisticActor (its
+    :class:`ActorView`'s action, and the log-probability of that action as the actor wrote it, whatever the
+    stages then made of the action: SAC's random first frames). Where the last stage's actions are one-hot (its
     ``one_hot``: :meth:`rlplug.registry.protocols.Noise.act_on`), the env is handed their index."""
 
-    log_prob_key = None
+    log_prob_key: str | None = None
+    #: the view of a ProbabilisticActor first stage, or None for a deterministic network
+    view: ActorView | None = None
 
     def __init__(self, policy: TensorDictModuleBase, device: torch.device | str):
         stages = list(policy.module) if isinstance(policy, TensorDictSequential) else [policy]
         actor, rest = stages[0], stages[1:]
-        plain = isinstance(actor, TensorDictModule) and not isinstance(actor, TensorDictSequential) \
-            and not getattr(actor, "safe", False)  # a safe module projects onto its spec: not on this road
-        if (not plain or len(actor.in_keys) != 1 or len(actor.out_keys) != 1
-                or not all(capability(stage, protocols.Noise.act_on) for stage in rest)
-                or not relayed([actor, *rest])):
-            raise TypeError("the policy must be a TensorDictModule reading one observation, then stages with "
-                            "act_on each reading what the one before wrote")
-        self.module, self.stages, self.device = actor.module, rest, torch.device(device)
-        self.observation_key, self.action_key = actor.in_keys[0], stages[-1].out_keys[0]
+        try:
+            self.view = ActorView.of(actor)
+        except TypeError:
+            self.view = None
+        if self.view is not None:
+            writes = [self.view.action_key]
+            self.module, self.observation_key = self.view.params_module, self.view.observation_key
+            self.log_prob_key = self.view.log_prob_key
+        else:
+            plain = isinstance(actor, TensorDictModule) and not isinstance(actor, TensorDictSequential) \
+                and not getattr(actor, "safe", False)  # a safe module projects onto its spec: not on this road
+            if not plain or len(actor.in_keys) != 1 or len(actor.out_keys) != 1:
+                raise TypeError(CHAIN_SHAPE)
+            writes = list(actor.out_keys)
+            self.module, self.observation_key = actor.module, actor.in_keys[0]
+        masked = self.view is not None and self.view.mask_key is not None  # the stages would need the mask too
+        if masked or not all(capability(stage, protocols.Noise.act_on) for stage in rest) \
+                or not relayed(writes, rest):
+            raise TypeError(CHAIN_SHAPE)
+        self.stages, self.device = rest, torch.device(device)
+        self.action_key = rest[-1].out_keys[0] if rest else writes[0]
         self.one_hot = bool(rest and capability(rest[-1], protocols.Noise.one_hot))
 
+    def first_action(self, observation: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The network's action on ``observation`` (and its log-probability, for a probabilistic one)."""
+        if self.view is not None:
+            return self.view.act(observation, deterministic)
+        return self.module(observation), None
+
     @torch.no_grad()
-    def act(self, observation: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, None]:
-        action = self.module(torch.from_numpy(observation).to(self.device))
+    def act(self, observation: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+        action, log_prob = self.first_action(torch.from_numpy(observation).to(self.device), deterministic)
         for stage in self.stages:
             action = stage.act_on(action)
-        return env_action(action, self.one_hot), None
+        return env_action(action, self.one_hot), None if log_prob is None else log_prob.cpu().numpy()
 
 
-def relayed(stages: list[TensorDictModuleBase]) -> bool:
-    """Whether each stage after the first reads exactly the one key the stage before it writes."""
-    return all(len(before.out_keys) == 1 and list(getattr(stage, "in_keys", [])) == list(before.out_keys)
-               for before, stage in zip(stages, stages[1:]))
+CHAIN_SHAPE = ("the policy must be a TensorDictModule reading one observation (or a ProbabilisticActor of one "
+               "unmasked distribution), then stages with act_on each reading what the one before wrote")
+
+
+def relayed(writes: list, stages: list[TensorDictModuleBase]) -> bool:
+    """Whether each of ``stages`` reads exactly the one key written before it (by the network: ``writes``)."""
+    keys = [writes, *(list(stage.out_keys) for stage in stages)]
+    return all(len(before) == 1 and list(getattr(stage, "in_keys", [])) == before
+               for before, stage in zip(keys, stages))
 
 
 def env_action(action: torch.Tensor, one_hot: bool) -> np.ndarray:

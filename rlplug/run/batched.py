@@ -137,8 +137,8 @@ def refuse_unbatchable_run(run: Run) -> None:
     if isinstance(collector, Collector) and collector.array_actor is None \
             and array_road_open(collector.env, collector.policy):  # the env offers it, the policy has no actor
         raise UserError(f"--batched acts for every seed with one array actor, and {title}'s policy here has no "
-                        f"array actor (a stochastic policy with random_frames); {RETRY}",
-                        path="algorithm")
+                        f"array actor (a stage after its network without act_on: a plugin's exploration noise?); "
+                        f"{RETRY}", path="algorithm")
     if not CollectorsTogether.can_take(collector):
         raise UserError(f"--batched steps the seeds' envs on the array road, which this env does not offer (a "
                         f"TorchRL env, or env.transforms); {RETRY}", path="env")

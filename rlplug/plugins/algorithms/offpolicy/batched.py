@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -123,7 +124,16 @@ class OffPolicyTogether:
         if len(chains) != len(actors):  # seeds' copies of one policy: each has the first's kind of actor
             raise UserError(f"the policy has no array actor for every seed, so its seeds cannot act together; "
                             f"{RETRY}", path="algorithm")
-        return StackedChainActor(first, stacked_module, [chain.stages for chain in chains], device)
+        chain_view = first.view
+        if chain_view is None:
+            def first_action(observation: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, Any]:
+                return stacked_module(observation), None
+        else:  # a stochastic actor then stages (SAC's random first frames): its view over the stacked network
+            stacked_view = replace(chain_view, params_module=stacked_module)  # type: ignore[arg-type]  # any callable serves
+
+            def first_action(observation: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, Any]:
+                return stacked_view.act(observation, deterministic)
+        return StackedChainActor(first, first_action, [chain.stages for chain in chains], device)
 
     # -- the update -------------------------------------------------------------------------------------
 
@@ -254,21 +264,21 @@ def normal_draws_per_seed():
 
 
 class StackedChainActor(ArrayActor):
-    """:class:`ChainArrayActor` for every seed: the stacked actor network on ``[seeds, envs, ...]``, then each
-    seed's own stages (its exploration noise, its random-action phase) on its share of the actions."""
+    """:class:`ChainArrayActor` for every seed: the stacked acting network on ``[seeds, envs, ...]`` (its actions
+    and, for a probabilistic one, their log-probabilities), then each seed's own stages (its exploration noise, its
+    random-action phase) on its share of the actions."""
 
-    log_prob_key = None
-
-    def __init__(self, first: ChainArrayActor, module: Callable, stages: list[list], device: torch.device):
-        self.module, self.stages, self.device = module, stages, device
+    def __init__(self, first: ChainArrayActor, first_action: Callable, stages: list[list], device: torch.device):
+        self.first_action, self.stages, self.device = first_action, stages, device
         self.observation_key, self.action_key, self.one_hot = first.observation_key, first.action_key, first.one_hot
+        self.log_prob_key = first.log_prob_key
 
     @torch.no_grad()
-    def act(self, observation: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, None]:
-        actions = self.module(torch.from_numpy(observation).to(self.device))
+    def act(self, observation: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
+        actions, log_probs = self.first_action(torch.from_numpy(observation).to(self.device), deterministic)
         chosen = []
         for action, stages in zip(actions, self.stages):
             for stage in stages:
                 action = stage.act_on(action)
             chosen.append(action)
-        return env_action(torch.stack(chosen), self.one_hot), None
+        return env_action(torch.stack(chosen), self.one_hot), None if log_probs is None else log_probs.cpu().numpy()
