@@ -185,21 +185,26 @@ def test_an_off_policy_actor_with_exploration_takes_the_array_road_with_the_same
     assert batch.get("action").shape == (2, 1, 1)
 
 
-def test_sac_with_random_first_frames_takes_the_array_road_with_the_same_actions(tmp_path):
-    """SAC's acting policy with random first frames (its TanhNormal actor, then random actions) acts on the
-    array road as its TensorDict modules do: the same sample (or uniform action, in the random phase) from the
-    same random draws, the log-probability the actor wrote for its sample, the mode when deterministic. Before,
-    such a policy had no array actor: the whole run took the TensorDict road and its seeds could not be batched."""
+@pytest.mark.parametrize("recipe, observations", [("pendulum-sac.toml", 3), ("cartpole-discrete-sac.toml", 4)])
+def test_sac_with_random_first_frames_takes_the_array_road_with_the_same_actions(tmp_path, recipe, observations):
+    """SAC's acting policy with random first frames (its actor, TanhNormal or categorical, then random actions)
+    acts on the array road as its TensorDict modules do: the same sample (or random action, in the random phase)
+    from the same random draws, the log-probability the actor wrote for its sample, the mode when deterministic;
+    a categorical's one-hot actions handed to the env as indices. Before, such a policy had no array actor: the
+    whole run took the TensorDict road and its seeds could not be trained together."""
     from tensordict import TensorDict
+    from tensordict.nn import TensorDictSequential
     from torchrl.envs.utils import ExplorationType, set_exploration_type
 
     from rlplug.core.acting import ChainArrayActor
 
-    recipe = recipes.load(CANONICAL.parent / "pendulum-sac.toml", ["env.num_envs=2", "algorithm.random_frames=40"])
-    run = Run.build(recipe, tmp_path / "run")
+    run = Run.build(recipes.load(CANONICAL.parent / recipe, ["env.num_envs=2", "algorithm.random_frames=40"]),
+                    tmp_path / "run")
     algorithm, actor = run.algorithm, run.collector.array_actor
     assert isinstance(actor, ChainArrayActor) and actor.log_prob_key == "action_log_prob"
-    observation = np.random.default_rng(0).uniform(-1, 1, (2, 3)).astype(np.float32)
+    discrete = recipe.startswith("cartpole")
+    assert actor.one_hot == discrete
+    observation = np.random.default_rng(0).uniform(-1, 1, (16, observations)).astype(np.float32)
     for random_phase in (True, False):
         algorithm.random_actions.active = random_phase
         for kind in (ExplorationType.RANDOM, ExplorationType.DETERMINISTIC):
@@ -207,10 +212,13 @@ def test_sac_with_random_first_frames_takes_the_array_road_with_the_same_actions
                 torch.manual_seed(1)
                 on_arrays, log_prob = actor.act(observation, deterministic=kind == ExplorationType.DETERMINISTIC)
                 torch.manual_seed(1)
-                expected = algorithm.policy(TensorDict({"observation": torch.from_numpy(observation)}, batch_size=[2]))
-            torch.testing.assert_close(torch.from_numpy(on_arrays), expected.get("action"))
+                expected = algorithm.policy(TensorDict({"observation": torch.from_numpy(observation)}, batch_size=[16]))
+            action = expected.get("action")
+            torch.testing.assert_close(torch.from_numpy(on_arrays), action.argmax(-1) if discrete else action)
             torch.testing.assert_close(torch.from_numpy(log_prob), expected.get("action_log_prob"))
-            assert on_arrays.shape == (2, 1) and np.all(np.abs(on_arrays) <= 2.0)  # Pendulum's torque bounds
+            assert discrete or np.all(np.abs(on_arrays) <= 2.0)  # Pendulum's torque bounds
+    # the actor alone in a sequence: the env is handed the categorical's indices too
+    assert ChainArrayActor(TensorDictSequential(algorithm.policy.module[0]), "cpu").one_hot == discrete
     batch = run.collector.collect()
     assert set(batch.keys(True, True)) == KEYS
     run.close()

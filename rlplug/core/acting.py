@@ -351,7 +351,9 @@ class ChainArrayActor(ArrayActor):
             raise TypeError(CHAIN_SHAPE)
         self.stages, self.device = rest, torch.device(device)
         self.action_key = rest[-1].out_keys[0] if rest else writes[0]
-        self.one_hot = bool(rest and capability(rest[-1], protocols.Noise.one_hot))
+        # the layout of the last writer's actions: a stage's as it declares, else a categorical view's own
+        self.one_hot = bool(capability(rest[-1], protocols.Noise.one_hot)) if rest \
+            else self.view is not None and self.view.one_hot
 
     def first_action(self, observation: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The network's action on ``observation`` (and its log-probability, for a probabilistic one)."""
