@@ -399,7 +399,8 @@ class Noise(Protocol):
 
     @optional
     def act_on(self, action: torch.Tensor) -> torch.Tensor:
-        """The noisy action for an action tensor: lets collection skip the TensorDict per step."""
+        """The noisy action for an action tensor: lets collection skip the TensorDict per step, and ``--batched``
+        act for every seed at once (a policy with a stage lacking it is refused there)."""
 
     @property
     @optional
