@@ -127,8 +127,8 @@ def test_the_command_line_refuses_in_one_line(tmp_path, install):
     where = install({"plainnoise": NOISE_WITHOUT_ACT_ON})
     recipe, overrides = NOISE_PLUGIN_RECIPE
     one_line_error(rlplug_cli("run", str(recipe), "--seeds", "0-1", "--batched", "--set", *overrides,
-                              "--out", str(tmp_path / "b"), path=where), "pendulum-ddpg.toml", "no array actor",
-                   "algorithm", "without --batched")
+                              "--out", str(tmp_path / "b"), path=where), "pendulum-ddpg.toml",
+                   "no array actor (PlainNoise after its network has no act_on)", "algorithm", "without --batched")
     assert not (tmp_path / "b").exists(), "a refused run leaves no directory"
 
 
