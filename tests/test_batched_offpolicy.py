@@ -234,7 +234,9 @@ SHORT_DQN = ["run.total_frames=640", "run.checkpoint_every_frames=320", "eval.ep
              "algorithm.batch_size=32"]
 #: recipe, short run, its frames, the gradient steps taken by then, the checkpoint before the end, and the frames
 #: a resume goes on to
-SHORT = {"sac": (SAC, SHORT_SAC, 600, 501, 300, 900), "dqn": (DQN, SHORT_DQN, 640, 36, 320, 960)}
+SHORT = {"sac": (SAC, SHORT_SAC, 600, 501, 300, 900), "dqn": (DQN, SHORT_DQN, 640, 36, 320, 960),
+         # random actions until frame 400: the stacked stochastic actor then each seed's phase, checkpointed inside it
+         "sac-random-phase": (SAC, [*SHORT_SAC, "algorithm.random_frames=400"], 600, 501, 300, 900)}
 
 
 def cli_sets(overrides: list[str]) -> list[str]:
