@@ -326,34 +326,33 @@ class ChainArrayActor(ArrayActor):
     log_prob_key: str | None = None
     #: the view of a ProbabilisticActor first stage, or None for a deterministic network
     view: ActorView | None = None
+    #: the network's torch module (the view's parameter module, for a probabilistic one)
+    module: torch.nn.Module
 
     def __init__(self, policy: TensorDictModuleBase, device: torch.device | str):
-        stages = list(policy.module) if isinstance(policy, TensorDictSequential) else [policy]
-        actor, rest = stages[0], stages[1:]
+        actor, *rest = policy_stages(policy)
         try:
             self.view = ActorView.of(actor)
         except TypeError:
             self.view = None
         if self.view is not None:
-            writes = [self.view.action_key]
-            self.module, self.observation_key = self.view.params_module, self.view.observation_key
-            self.log_prob_key = self.view.log_prob_key
+            self._keys_of(self.view)  # its observation, action and log-probability keys, its actions' layout
+            self.module, writes = self.view.params_module, [self.view.action_key]
         else:
             plain = isinstance(actor, TensorDictModule) and not isinstance(actor, TensorDictSequential) \
                 and not getattr(actor, "safe", False)  # a safe module projects onto its spec: not on this road
             if not plain or len(actor.in_keys) != 1 or len(actor.out_keys) != 1:
                 raise TypeError(CHAIN_SHAPE)
-            writes = list(actor.out_keys)
-            self.module, self.observation_key = actor.module, actor.in_keys[0]
+            self.module, writes = actor.module, list(actor.out_keys)
+            self.observation_key, self.action_key = actor.in_keys[0], writes[0]
         masked = self.view is not None and self.view.mask_key is not None  # the stages would need the mask too
         if masked or not all(capability(stage, protocols.Noise.act_on) for stage in rest) \
                 or not relayed(writes, rest):
             raise TypeError(CHAIN_SHAPE)
         self.stages, self.device = rest, torch.device(device)
-        self.action_key = rest[-1].out_keys[0] if rest else writes[0]
-        # the layout of the last writer's actions: a stage's as it declares, else a categorical view's own
-        self.one_hot = bool(capability(rest[-1], protocols.Noise.one_hot)) if rest \
-            else self.view is not None and self.view.one_hot
+        if rest:  # the last stage writes the action, in the layout it declares
+            self.action_key = rest[-1].out_keys[0]
+            self.one_hot = bool(capability(rest[-1], protocols.Noise.one_hot))
 
     def first_action(self, observation: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The network's action on ``observation`` (and its log-probability, for a probabilistic one)."""
@@ -371,6 +370,11 @@ class ChainArrayActor(ArrayActor):
 
 CHAIN_SHAPE = ("the policy must be a TensorDictModule reading one observation (or a ProbabilisticActor of one "
                "unmasked distribution), then stages with act_on each reading what the one before wrote")
+
+
+def policy_stages(policy: TensorDictModuleBase) -> list[TensorDictModuleBase]:
+    """The modules a policy runs one after another: a TensorDictSequential's, else the policy alone."""
+    return list(policy.module) if isinstance(policy, TensorDictSequential) else [policy]
 
 
 def relayed(writes: list, stages: list[TensorDictModuleBase]) -> bool:

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from tensordict.nn import TensorDictSequential
 
+from rlplug.core.acting import policy_stages
 from rlplug.core.collect import Collector, array_road_open
 from rlplug.core.collect_together import CollectorsTogether
 from rlplug.core.recurrent import is_recurrent
@@ -137,8 +137,8 @@ def refuse_unbatchable_run(run: Run) -> None:
     collector = run.collector
     if isinstance(collector, Collector) and collector.array_actor is None \
             and array_road_open(collector.env, collector.policy):  # the env offers it, the policy has no actor
-        stages = list(collector.policy.module)[1:] if isinstance(collector.policy, TensorDictSequential) else []
-        lacking = [type(stage).__name__ for stage in stages if capability(stage, protocols.Noise.act_on) is None]
+        lacking = [type(stage).__name__ for stage in policy_stages(collector.policy)[1:]
+                   if capability(stage, protocols.Noise.act_on) is None]
         why = (f"{', '.join(lacking)} after its network has no act_on" if lacking else
                "its network is neither one TensorDictModule nor a ProbabilisticActor reading one observation")
         raise UserError(f"--batched acts for every seed with one array actor, and {title}'s policy here has no "

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 import torch
@@ -124,16 +123,7 @@ class OffPolicyTogether:
         if len(chains) != len(actors):  # seeds' copies of one policy: each has the first's kind of actor
             raise UserError(f"the policy has no array actor for every seed, so its seeds cannot act together; "
                             f"{RETRY}", path="algorithm")
-        chain_view = first.view
-        if chain_view is None:
-            def first_action(observation: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, Any]:
-                return stacked_module(observation), None
-        else:  # a stochastic actor then stages (SAC's random first frames): its view over the stacked network
-            stacked_view = replace(chain_view, params_module=stacked_module)  # type: ignore[arg-type]  # any callable serves
-
-            def first_action(observation: torch.Tensor, deterministic: bool) -> tuple[torch.Tensor, Any]:
-                return stacked_view.act(observation, deterministic)
-        return StackedChainActor(first, first_action, [chain.stages for chain in chains], device)
+        return StackedChainActor(first, stacked_module, [chain.stages for chain in chains], device)
 
     # -- the update -------------------------------------------------------------------------------------
 
@@ -263,15 +253,18 @@ def normal_draws_per_seed():
         normal_module._standard_normal = original
 
 
-class StackedChainActor(ArrayActor):
-    """:class:`ChainArrayActor` for every seed: the stacked acting network on ``[seeds, envs, ...]`` (its actions
-    and, for a probabilistic one, their log-probabilities), then each seed's own stages (its exploration noise, its
-    random-action phase) on its share of the actions."""
+class StackedChainActor(ChainArrayActor):
+    """:class:`ChainArrayActor` for every seed: the first seed's chain with its network computed over the stacked
+    parameters on ``[seeds, envs, ...]`` (a probabilistic one through its view: the actions and their
+    log-probabilities), then each seed's own stages (its exploration noise, its random-action phase) on its share
+    of the actions."""
 
-    def __init__(self, first: ChainArrayActor, first_action: Callable, stages: list[list], device: torch.device):
-        self.first_action, self.stages, self.device = first_action, stages, device
+    def __init__(self, first: ChainArrayActor, module: Callable, stages: list[list], device: torch.device):
         self.observation_key, self.action_key, self.one_hot = first.observation_key, first.action_key, first.one_hot
-        self.log_prob_key = first.log_prob_key
+        self.log_prob_key, self.stages, self.device = first.log_prob_key, stages, device
+        # ChainArrayActor.first_action reads these: any function of the observation serves as the module
+        self.module = module  # type: ignore[assignment]
+        self.view = None if first.view is None else replace(first.view, params_module=module)  # type: ignore[arg-type]
 
     @torch.no_grad()
     def act(self, observation: np.ndarray, deterministic: bool = False) -> tuple[np.ndarray, np.ndarray | None]:
