@@ -25,19 +25,27 @@ from stable_baselines3.common.monitor import Monitor  # noqa: E402
 EVAL_EPISODES = 10
 
 
-def run_peer(build_model: Callable[[int], object], *, name: str, env_id: str, default_frames: int,
+def run_peer(build_model: Callable[..., object], *, name: str, env_id: str, default_frames: int,
              description: str, argv: list[str] | None = None,
-             make_eval_env: Callable[[object], object] | None = None) -> int:
+             make_eval_env: Callable[[object], object] | None = None, env_choice: bool = False) -> int:
     """Train ``build_model(seed)`` for ``--frames``, evaluate it deterministically over 10 episodes of a fresh
     env (seeded apart from the training envs), and write ``--json-out``. ``make_eval_env(model)``: that env,
-    where ``gym.make(env_id)`` is not it (a wrapped env, or one that shares the model's normalisation)."""
+    where ``gym.make(env_id)`` is not it (a wrapped env, or one that shares the model's normalisation).
+    ``env_choice``: a peer of one set of settings for several envs takes ``--env-id`` (default ``env_id``) and
+    is built as ``build_model(seed, env_id)``."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--frames", type=int, default=default_frames, help="environment steps to train for")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json-out", type=Path, default=None, help="where to write the result JSON")
+    if env_choice:
+        parser.add_argument("--env-id", default=env_id, help="the gymnasium id to train and evaluate on")
     args = parser.parse_args(argv)
 
-    model = build_model(args.seed)
+    if env_choice:
+        env_id = args.env_id
+        model = build_model(args.seed, env_id)
+    else:
+        model = build_model(args.seed)
     start = time.perf_counter()
     model.learn(total_timesteps=args.frames)
     train_wall_time_s = time.perf_counter() - start
