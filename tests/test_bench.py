@@ -264,6 +264,8 @@ def test_the_time_left_counts_each_entry_at_its_own_rate_and_says_what_is_untime
     (done / "summary.json").write_text(json.dumps({"status": "finished", "frames": 1000, "wall_time_s": 10.0,
                                                    "eval_return_mean": 1.0}))
     lines: list[str] = []
+    untimed = Progress(plan(suite.entries[1:], out), out, say=lines.append)  # only the slow entry, untimed
+    assert untimed.eta() == "; time left: not yet known (5,000 frames of entries none of whose seeds has finished)"
     progress = Progress(plan(suite.entries, out), out, say=lines.append)
     assert progress.eta() == "; about 20 s left for the entries timed so far, and 5,000 frames of entries not yet timed"
     for unit in progress.units:

@@ -434,8 +434,8 @@ class Progress:
         untimed = sum(frames for name, frames in self.left.items() if frames and not self.rates[name])
         if not timed and not untimed:
             return ""
-        if not timed:
-            return "; time left: known after an entry's first run"
+        if not timed:  # each entry is timed by its own first finished seed, never by another entry's rate
+            return f"; time left: not yet known ({untimed:,} frames of entries none of whose seeds has finished)"
         at_once = max(1, min(self.jobs, len(self.units)))  # train() runs a single unit in this process
         left = f"; about {duration(timed / at_once)} left"
         if untimed:
