@@ -21,6 +21,7 @@ torch.set_num_threads(1)
 import gymnasium as gym  # noqa: E402
 from stable_baselines3.common.evaluation import evaluate_policy  # noqa: E402
 from stable_baselines3.common.monitor import Monitor  # noqa: E402
+from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize  # noqa: E402
 
 EVAL_EPISODES = 10
 
@@ -32,7 +33,7 @@ def run_peer(build_model: Callable[..., object], *, name: str, env_id: str, defa
     env (seeded apart from the training envs), and write ``--json-out``. ``make_eval_env(model)``: that env,
     where ``gym.make(env_id)`` is not it (a wrapped env, or one that shares the model's normalisation).
     ``env_choice``: a peer of one set of settings for several envs takes ``--env-id`` (default ``env_id``) and
-    is built as ``build_model(seed, env_id)``."""
+    is built as ``build_model(seed, env_id)``, its evaluation env as ``make_eval_env(model, env_id)``."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--frames", type=int, default=default_frames, help="environment steps to train for")
     parser.add_argument("--seed", type=int, default=0)
@@ -50,7 +51,10 @@ def run_peer(build_model: Callable[..., object], *, name: str, env_id: str, defa
     model.learn(total_timesteps=args.frames)
     train_wall_time_s = time.perf_counter() - start
 
-    eval_env = Monitor(gym.make(env_id)) if make_eval_env is None else make_eval_env(model)
+    if make_eval_env is None:
+        eval_env = Monitor(gym.make(env_id))
+    else:
+        eval_env = make_eval_env(model, env_id) if env_choice else make_eval_env(model)
     if hasattr(eval_env, "num_envs"):  # a VecEnv: seeded for its next reset
         eval_env.seed(args.seed + 10_000)
     else:
@@ -67,3 +71,11 @@ def run_peer(build_model: Callable[..., object], *, name: str, env_id: str, defa
     print(f"sb3 {name} {env_id} seed={args.seed} frames={result['frames']} "
           f"train={train_wall_time_s:.1f}s eval_return={mean_return:.1f}±{std_return:.1f}")
     return 0
+
+
+def frozen_normalisation(model, make_env: Callable[[], gym.Env]) -> VecNormalize:
+    """An evaluation env: ``make_env()`` with its observations normalised by ``model``'s training statistics,
+    frozen, and its rewards as the env gives them (as rlplug evaluates a run that normalises observations)."""
+    env = VecNormalize(DummyVecEnv([lambda: Monitor(make_env())]), norm_obs=True, norm_reward=False, training=False)
+    env.obs_rms = model.get_vec_normalize_env().obs_rms
+    return env

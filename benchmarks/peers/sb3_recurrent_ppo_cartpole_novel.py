@@ -13,10 +13,9 @@ import sys
 
 import gymnasium as gym
 import numpy as np
-from sb3_common import run_peer  # sets one torch thread before SB3 builds anything
+from sb3_common import frozen_normalisation, run_peer  # sets one torch thread before SB3 builds anything
 from sb3_contrib import RecurrentPPO
 from stable_baselines3.common.env_util import make_vec_env
-from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 from torch import nn
 
@@ -59,18 +58,10 @@ def build_model(seed: int) -> RecurrentPPO:
     )
 
 
-def eval_env_of(model: RecurrentPPO) -> VecNormalize:
-    """A fresh env normalised with the trained statistics, frozen (as rlplug evaluates)."""
-    env = VecNormalize(DummyVecEnv([lambda: Monitor(make_env())]), norm_obs=True, norm_reward=False,
-                       training=False)
-    env.obs_rms = model.get_vec_normalize_env().obs_rms
-    return env
-
-
 def main(argv: list[str] | None = None) -> int:
     return run_peer(build_model, name="recurrent-ppo", env_id="CartPoleNoVel (CartPole-v1 without velocities)",
                     default_frames=100_000, description=__doc__.splitlines()[0], argv=argv,
-                    make_eval_env=eval_env_of)
+                    make_eval_env=lambda model: frozen_normalisation(model, make_env))
 
 
 if __name__ == "__main__":
